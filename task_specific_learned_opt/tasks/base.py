@@ -1,0 +1,59 @@
+"""The inner problem: Task and TaskFamily (paper Sec. 2.1, 4.2).
+
+A Task is one inner problem: a model to train (its parameters, a loss on a batch) and the data to
+train it on. Every method is a pure function of its arguments, so a task can be trained inside a
+graph-mode tf.while_loop and differentiated through:
+
+  task = family.sample(seed)                    # a TaskFamily samples tasks
+  params = task.init_params(seed)               # a nest of float32 tensors
+  batch = task.batch("train", seed)             # "train", "valid" or "test"
+  loss = task.loss(params, batch)               # scalar float32
+
+Batches are drawn statelessly from the seed, so the same seed always gives the same batch.
+"""
+
+import abc
+from typing import Any
+
+import tensorflow as tf
+
+from task_specific_learned_opt import seeds as seeds_lib
+
+Params = Any  # A nest (dicts) of float32 tensors.
+Batch = Any  # A nest of tensors, e.g. {"image": [B, H, W, C], "label": [B]}.
+
+SPLITS = ("train", "valid", "test")
+
+
+class Task(abc.ABC):
+  """One inner problem: parameters, a loss, and batches by split."""
+
+  name: str = "task"
+
+  @abc.abstractmethod
+  def init_params(self, seed: seeds_lib.SeedLike) -> Params:
+    """Initial parameters, a nest of float32 tensors, from a stateless seed."""
+
+  @abc.abstractmethod
+  def loss(self, params: Params, batch: Batch) -> tf.Tensor:
+    """Scalar loss of `params` on `batch`."""
+
+  @abc.abstractmethod
+  def batch(self, split: str, seed: seeds_lib.SeedLike) -> Batch:
+    """A batch of `split` ("train", "valid" or "test"), drawn statelessly from `seed`."""
+
+
+class TaskFamily(abc.ABC):
+  """A distribution over tasks (paper Sec. 4.2: 10-class subsets of a class split)."""
+
+  name: str = "family"
+
+  @abc.abstractmethod
+  def sample(self, seed: seeds_lib.SeedLike) -> Task:
+    """A task sampled with a (numpy-convertible) seed; the same seed gives the same task."""
+
+
+def check_split(split: str) -> None:
+  """Raises ValueError unless `split` is one of SPLITS."""
+  if split not in SPLITS:
+    raise ValueError(f"Unknown split {split!r}; expected one of {SPLITS}.")
