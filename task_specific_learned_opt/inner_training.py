@@ -55,6 +55,7 @@ def unroll(
   state: opt_base.OptState,
   num_steps,
   seed: seeds_lib.SeedLike,
+  first_step=0,
   parallel_iterations: int = 2,
 ) -> tuple:
   """Trains for `num_steps` steps inside one tf.while_loop.
@@ -64,7 +65,9 @@ def unroll(
     opt: the inner update rule (hand-designed or opt_fn(theta) of a learned optimizer).
     state: the optimizer state to start from (opt.init(params) for a fresh run).
     num_steps: int or int32 scalar tensor (a tensor keeps a tf.function from retracing).
-    seed: the data seed; step i uses fold_in(seed, i).
+    seed: the data seed; step i of the run uses fold_in(seed, first_step + i).
+    first_step: int or int32 tensor, the number of the first step, so that a run split into
+      several unrolls sees the same data as one unroll.
     parallel_iterations: of the while loop. Small values bound the memory held by iterations
       that run ahead of each other; 2 keeps both cores busy.
 
@@ -72,26 +75,44 @@ def unroll(
     (final state, losses): losses is a float32 [num_steps] tensor of the clipped training loss
     at each step, measured before that step's update.
   """
-  seed = seeds_lib.as_seed(seed)
-  num_steps = tf.convert_to_tensor(num_steps, tf.int32)
-  losses = tf.TensorArray(tf.float32, size=num_steps, element_shape=[])
+  data_seed = seeds_lib.as_seed(seed)
+  steps = tf.convert_to_tensor(num_steps, tf.int32)
+  offset = tf.convert_to_tensor(first_step, tf.int32)
 
   def body(i, state, losses):
-    state, loss = train_step(task, opt, state, seeds_lib.fold_in(seed, i))
+    state, loss = train_step(task, opt, state, seeds_lib.fold_in(data_seed, offset + i))
     return i + 1, state, losses.write(i, loss)
 
-  _, state, losses = tf.while_loop(
-    lambda i, *_: i < num_steps,
+  _, final_state, losses = tf.while_loop(
+    lambda i, *_: i < steps,
     body,
-    (tf.constant(0, tf.int32), state, losses),
+    (tf.constant(0, tf.int32), state, tf.TensorArray(tf.float32, size=steps, element_shape=[])),
     parallel_iterations=parallel_iterations,
   )
-  return state, losses.stack()
+  return final_state, losses.stack()
 
 
 class InnerTrainResult(NamedTuple):
   state: opt_base.OptState
   losses: tf.Tensor  # [num_steps] clipped training losses.
+
+
+def make_train_fn(task: task_base.Task, opt: opt_base.Optimizer):
+  """A compiled fresh-run function (seed, num_steps) -> (final state, losses) for this pair.
+
+  Params come from task.init_params(fold_in(seed, 0)) and data from fold_in(seed, 1). The whole
+  run is one graph-mode tf.while_loop; seed and num_steps are tensors, so new values of either
+  reuse the same trace.
+  """
+
+  @tf.function(autograph=False)
+  def run(seed, num_steps):
+    state = opt.init(task.init_params(seeds_lib.fold_in(seed, 0)))
+    return unroll(task, opt, state, num_steps, seeds_lib.fold_in(seed, 1))
+
+  return lambda seed, num_steps: run(
+    seeds_lib.as_seed(seed), tf.convert_to_tensor(num_steps, tf.int32)
+  )
 
 
 def train(
@@ -100,16 +121,5 @@ def train(
   num_steps: int,
   seed: seeds_lib.SeedLike,
 ) -> InnerTrainResult:
-  """A fresh inner-training run: params from fold_in(seed, 0), data from fold_in(seed, 1).
-
-  The whole run is one graph-mode tf.while_loop (one tf.function call).
-  """
-  init_seed, data_seed = seeds_lib.fold_in(seed, 0), seeds_lib.fold_in(seed, 1)
-
-  @tf.function
-  def run(init_seed, data_seed, num_steps):
-    state = opt.init(task.init_params(init_seed))
-    return unroll(task, opt, state, num_steps, data_seed)
-
-  state, losses = run(init_seed, data_seed, tf.constant(num_steps, tf.int32))
-  return InnerTrainResult(state, losses)
+  """A fresh inner-training run of `num_steps` steps (see make_train_fn)."""
+  return InnerTrainResult(*make_train_fn(task, opt)(seed, num_steps))

@@ -22,7 +22,7 @@ class QuadraticTask(base.Task):
     dim: int = 10,
     seed: int = 0,
     min_curvature: float = 0.1,
-    max_curvature: float = 10.0,
+    max_curvature: float = 1.0,
     noise_std: float = 0.0,
     init_std: float = 1.0,
   ):

@@ -1,0 +1,89 @@
+"""Gin plumbing shared by the binaries: registering configurables, parsing, thread settings.
+
+Flags say where and how long; gin says what (STYLE.md). Every binary calls `parse` with its
+--gin_file and --gin_bindings: unknown names fail loudly (skip_unknown=False) with an error that
+names the problem, and the config stays unlocked (finalize_config=False) so tests can clear it.
+"""
+
+import os
+from collections.abc import Sequence
+
+import gin
+import tensorflow as tf
+
+# Imported for their @gin.configurable registrations.
+from task_specific_learned_opt import (  # noqa: F401
+  inner_comparison,
+  inner_training,
+  optimizers,  # noqa: F401
+)
+from task_specific_learned_opt.learned_optimizers import mlp_lopt  # noqa: F401
+from task_specific_learned_opt.tasks import (  # noqa: F401
+  families,
+  generated,
+  networks,
+  quadratic,
+  tfds_source,
+)
+
+GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gin")
+OPERATIVE_CONFIG_FILENAME = "operative_config.gin"
+_search_path_added = False
+
+
+class GinConfigError(ValueError):
+  """A gin file or binding that cannot be parsed or names something unknown."""
+
+
+def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> None:
+  """Clears gin and parses `gin_files` then `gin_bindings` (later ones override earlier ones).
+
+  Includes are looked up relative to the working directory and to the project's gin/ folder.
+
+  Raises:
+    GinConfigError: a missing file, a syntax error, or an unknown configurable or parameter;
+      the message names it and says how to fix it.
+  """
+  global _search_path_added
+  gin.clear_config()
+  if os.path.isdir(GIN_DIR) and not _search_path_added:
+    gin.add_config_file_search_path(GIN_DIR)
+    _search_path_added = True
+  for path in gin_files:
+    if not os.path.exists(path) and not os.path.exists(os.path.join(GIN_DIR, path)):
+      raise GinConfigError(f"Gin file {path!r} does not exist (looked in . and {GIN_DIR}).")
+  try:
+    gin.parse_config_files_and_bindings(
+      list(gin_files), list(gin_bindings), skip_unknown=False, finalize_config=False
+    )
+  except (OSError, ValueError, KeyError, SyntaxError) as e:
+    message = str(e).strip().splitlines()
+    raise GinConfigError(
+      f"Bad gin configuration: {' '.join(message)}. Check the spelling of the configurable "
+      "and parameter in --gin_file/--gin_bindings (names are the @gin.configurable classes and "
+      "functions of task_specific_learned_opt)."
+    ) from e
+
+
+def write_operative_config(directory: str) -> str:
+  """Writes gin's operative config (what the run actually used) into `directory`."""
+  tf.io.gfile.makedirs(directory)
+  path = os.path.join(directory, OPERATIVE_CONFIG_FILENAME)
+  with tf.io.gfile.GFile(path, "w") as f:
+    f.write(gin.operative_config_str())
+  return path
+
+
+@gin.configurable
+def configure_threads(inter_op_threads: int = 2, intra_op_threads: int = 0) -> None:
+  """Sets TensorFlow's thread pools; call before any op runs.
+
+  Measured on a 2-core machine: graph-mode training is ~20% faster with inter-op threads = 2
+  than 1. 0 means TensorFlow's default.
+  """
+  try:
+    tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
+    tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
+  except RuntimeError:
+    # TensorFlow was already initialised in this process (tests, notebooks): keep its settings.
+    pass

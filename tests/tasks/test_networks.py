@@ -1,0 +1,109 @@
+"""The inner models: shapes, initialisers, and the paper CNN against an independent Keras build."""
+
+import gin
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from task_specific_learned_opt.tasks import networks
+
+
+def _shapes(params):
+  return tf.nest.map_structure(lambda x: tuple(x.shape), params)
+
+
+def test_paper_cnn_shapes_and_size():
+  params = networks.paper_cnn().init(0, (32, 32, 3))
+  assert _shapes(params) == {
+    "conv0": {"w": (3, 3, 3, 32), "b": (32,)},
+    "conv1": {"w": (3, 3, 32, 32), "b": (32,)},
+    "conv2": {"w": (3, 3, 32, 32), "b": (32,)},
+    "linear": {"w": (32, 10), "b": (10,)},
+  }
+  # 3*3*3*32 + 32 + 2 * (3*3*32*32 + 32) + 32*10 + 10: the paper's "~20k parameters" (Sec. 4.2).
+  assert networks.num_params(params) == 896 + 2 * 9248 + 330 == 19722
+
+
+def test_paper_cnn_matches_keras_with_the_same_weights():
+  model = networks.paper_cnn()
+  params = model.init(3, (32, 32, 3))
+  for layer in ("conv0", "conv1", "conv2"):  # Non-zero biases, so they are checked too.
+    params[layer]["b"] = tf.random.stateless_normal([32], [1, 2])
+  reference = keras.Sequential(
+    [keras.Input((32, 32, 3))]
+    + [keras.layers.Conv2D(32, 3, strides=s, padding="same", activation="relu") for s in (2, 2, 1)]
+    + [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)]
+  )
+  reference.set_weights(
+    [params[k][w].numpy() for k in ("conv0", "conv1", "conv2", "linear") for w in ("w", "b")]
+  )
+  images = tf.random.stateless_uniform([4, 32, 32, 3], [0, 1], -1, 1)
+  np.testing.assert_allclose(
+    model.apply(params, images).numpy(), reference(images).numpy(), rtol=1e-4, atol=1e-5
+  )
+
+
+def test_glorot_uniform_init_and_zero_biases():
+  params = networks.paper_cnn().init(0, (32, 32, 3))
+  w = params["conv1"]["w"].numpy()
+  limit = np.sqrt(6.0 / (9 * 32 + 9 * 32))  # fan_in = fan_out = 3*3*32.
+  assert np.abs(w).max() <= limit
+  assert np.var(w) == pytest.approx(limit**2 / 3, rel=0.05)  # Variance of U(-l, l).
+  assert all(not np.any(params[k]["b"].numpy()) for k in params)
+
+
+def test_init_is_deterministic_in_the_seed():
+  model = networks.paper_cnn()
+  a, b, c = model.init(1, (32, 32, 3)), model.init(1, (32, 32, 3)), model.init(2, (32, 32, 3))
+  np.testing.assert_array_equal(a["conv0"]["w"], b["conv0"]["w"])
+  assert not np.array_equal(a["conv0"]["w"], c["conv0"]["w"])
+
+
+def test_batch_norm_normalises_each_channel():
+  model = networks.ConvNet(channels=(4,), strides=(1,), batch_norm=True)
+  params = model.init(0, (8, 8, 3))
+  assert set(params["conv0"]) == {"w", "b", "scale", "offset"}
+  x = tf.random.stateless_normal([6, 8, 8, 3], [0, 0]) * 5 + 2
+  pre = tf.nn.conv2d(x, params["conv0"]["w"], 1, "SAME") + params["conv0"]["b"]
+  normalised = networks._batch_norm(pre, params["conv0"])
+  np.testing.assert_allclose(tf.reduce_mean(normalised, [0, 1, 2]), 0, atol=1e-4)
+  np.testing.assert_allclose(tf.math.reduce_std(normalised, [0, 1, 2]), 1, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+  "make, input_shape, expected",
+  [
+    (networks.mnist_mlp_2x32, (14, 14, 1), [(196, 32), (32, 32), (32, 10)]),
+    (networks.mnist_mlp_3x128, (14, 14, 1), [(196, 128), (128, 128), (128, 128), (128, 10)]),
+  ],
+)
+def test_out_of_distribution_mlps(make, input_shape, expected):
+  params = make().init(0, input_shape)
+  assert [tuple(params[f"layer{i}"]["w"].shape) for i in range(len(expected))] == expected
+  logits = make().apply(params, tf.zeros((5,) + input_shape))
+  assert logits.shape == (5, 10)
+
+
+def test_out_of_distribution_convnets():
+  conv6, conv3 = networks.mnist_conv6(), networks.mnist_conv3()
+  assert conv6.strides == (2, 1, 2, 1, 1, 1) and conv6.channels == (32,) * 6
+  assert conv3.strides == (2, 2, 1) and conv3.channels == (32,) * 3
+  params = conv6.init(0, (28, 28, 1))
+  assert conv6.apply(params, tf.zeros([2, 28, 28, 1])).shape == (2, 10)
+
+
+def test_cnn_is_configurable_through_gin():
+  gin.parse_config(
+    "paper_cnn.channels = 16\npaper_cnn.strides = (2, 2, 1, 1)\npaper_cnn.batch_norm = True",
+    skip_unknown=False,
+  )
+  model = networks.paper_cnn()
+  assert model.channels == (16,) * 4 and model.strides == (2, 2, 1, 1) and model.batch_norm
+  params = model.init(0, (32, 32, 3))
+  assert params["conv3"]["w"].shape == (3, 3, 16, 16) and "scale" in params["conv3"]
+
+
+def test_mismatched_channels_and_strides_raise():
+  with pytest.raises(ValueError, match="same length"):
+    networks.ConvNet(channels=(32, 32), strides=(2,))

@@ -1,0 +1,77 @@
+"""Every optimizer, learned and hand-designed, through the same checks on the same tasks.
+
+Each runs a few steps on the quadratic and on a small image task inside the graph-mode loop; its
+state must keep its structure, dtypes and shapes (the while loop requires it), losses must stay
+finite, and the parameters must move.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import testing_utils
+
+from task_specific_learned_opt import inner_training
+from task_specific_learned_opt.learned_optimizers import mlp_lopt
+from task_specific_learned_opt.optimizers import adam, rmsprop, sgd
+from task_specific_learned_opt.tasks import quadratic
+
+
+def _learned(**kwargs):
+  lopt = mlp_lopt.MLPLOpt(**kwargs)
+  return lopt.opt_fn(lopt.init(0))
+
+
+OPTIMIZERS = {
+  "sgd": lambda: sgd.SGD(learning_rate=0.05),
+  "momentum": lambda: sgd.Momentum(learning_rate=0.05, momentum=0.9),
+  "nesterov": lambda: sgd.Momentum(learning_rate=0.05, momentum=0.9, nesterov=True),
+  "rmsprop": lambda: rmsprop.RMSProp(learning_rate=0.01),
+  "adam": lambda: adam.Adam(learning_rate=0.01),
+  "adam_reg_decay": lambda: adam.Adam(
+    learning_rate=0.01,
+    beta1=0.8,
+    beta2=0.99,
+    epsilon=1e-6,
+    linear_decay=1e-3,
+    exponential_decay=1e-3,
+    l1=1e-4,
+    l2=1e-3,
+  ),
+  "mlp_lopt": lambda: _learned(),
+  "mlp_lopt_original_code": lambda: _learned(feature_set="original_code"),
+  "mlp_lopt_no_momentum": lambda: _learned(use_momentum=False),
+  "mlp_lopt_no_time": lambda: _learned(use_time=False),
+}
+
+
+def _signature(state):
+  return tf.nest.map_structure(lambda x: (x.dtype, tuple(x.shape)), state)
+
+
+def _check(task, opt, steps=5):
+  start = opt.init(task.init_params(0))
+  final, losses = inner_training.unroll(task, opt, start, steps, seed=1)
+  tf.nest.assert_same_structure(start, final)
+  assert _signature(start) == _signature(final)
+  assert type(start) is type(final)  # noqa: E721 - the NamedTuple class itself must not change.
+  assert np.all(np.isfinite(losses.numpy())) and losses.shape == (steps,)
+  moved = [
+    not np.array_equal(a, b)
+    for a, b in zip(tf.nest.flatten(start.params), tf.nest.flatten(final.params), strict=True)
+  ]
+  assert all(moved)
+  assert int(final.iteration) == steps
+  return losses.numpy()
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_on_the_quadratic(name):
+  losses = _check(quadratic.QuadraticTask(dim=10), OPTIMIZERS[name]())
+  if not name.startswith("mlp_lopt"):  # A random theta need not descend.
+    assert losses[-1] < losses[0]
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_on_a_cnn_task(name):
+  task = testing_utils.small_generated_family().sample(0)
+  _check(task, OPTIMIZERS[name](), steps=3)
