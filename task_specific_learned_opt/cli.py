@@ -21,6 +21,8 @@ def exits_on_user_error(main):
     try:
       return main(argv)
     except USER_ERRORS as e:
-      sys.exit(f"error: {' '.join(str(e).split())}")
+      # Gin appends where the error was raised; the message alone names the problem and the fix.
+      message = str(e).split("In call to configurable")[0]
+      sys.exit(f"error: {' '.join(message.split())}")
 
   return wrapped

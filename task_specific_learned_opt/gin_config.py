@@ -35,10 +35,25 @@ class GinConfigError(ValueError):
   """A gin file or binding that cannot be parsed or names something unknown."""
 
 
+def _resolve(path: str) -> str:
+  """`path` as given, else relative to the project root, else relative to gin/."""
+  for candidate in (
+    path,
+    os.path.join(os.path.dirname(GIN_DIR), path),
+    os.path.join(GIN_DIR, path),
+  ):
+    if os.path.exists(candidate):
+      return candidate
+  root = os.path.dirname(GIN_DIR)
+  raise GinConfigError(
+    f"Gin file {path!r} does not exist (looked in the working directory, {root} and {GIN_DIR})."
+  )
+
+
 def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> None:
   """Clears gin and parses `gin_files` then `gin_bindings` (later ones override earlier ones).
 
-  Includes are looked up relative to the working directory and to the project's gin/ folder.
+  Files and includes are looked up in the working directory, the project root and gin/.
 
   Raises:
     GinConfigError: a missing file, a syntax error, or an unknown configurable or parameter;
@@ -49,9 +64,7 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> No
   if os.path.isdir(GIN_DIR) and not _search_path_added:
     gin.add_config_file_search_path(GIN_DIR)
     _search_path_added = True
-  for path in gin_files:
-    if not os.path.exists(path) and not os.path.exists(os.path.join(GIN_DIR, path)):
-      raise GinConfigError(f"Gin file {path!r} does not exist (looked in . and {GIN_DIR}).")
+  gin_files = [_resolve(path) for path in gin_files]
   try:
     gin.parse_config_files_and_bindings(
       list(gin_files), list(gin_bindings), skip_unknown=False, finalize_config=False

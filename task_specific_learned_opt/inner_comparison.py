@@ -8,6 +8,7 @@ and evaluates train and test loss and accuracy at the end.
 
 import json
 import os
+import textwrap
 import time
 
 import gin
@@ -102,7 +103,7 @@ def plot_losses(results: dict, path: str, title: str) -> None:
   ax.axhline(np.log(10), color="gray", linestyle=":", label="chance (ln 10)")
   ax.set_xlabel("inner step")
   ax.set_ylabel("training loss (20-step mean)")
-  ax.set_title(title, fontsize=9)
+  ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=8)
   ax.legend()
   fig.tight_layout()
   fig.savefig(path, dpi=100)

@@ -75,3 +75,25 @@ def test_on_the_quadratic(name):
 def test_on_a_cnn_task(name):
   task = testing_utils.small_generated_family().sample(0)
   _check(task, OPTIMIZERS[name](), steps=3)
+
+
+def test_a_hand_set_theta_makes_the_learned_optimizer_descend():
+  # hidden = [relu(g_hat), relu(-g_hat)], o_dir = h0 - h1 = g_hat (the normalised gradient) and
+  # o_mag = 2302.6 from the bias, so step = 1e-3 * g_hat * exp(2.3026) = 1e-2 * g_hat: normalised
+  # gradient descent with learning rate 0.01, which must reduce the loss.
+  lopt = mlp_lopt.MLPLOpt(hidden_size=2, use_time=False)
+  hidden_w = np.zeros([7, 2], np.float32)
+  hidden_w[0] = [1.0, -1.0]  # Column 0 of the features is the normalised gradient.
+  theta = {
+    "hidden": {"w": tf.constant(hidden_w), "b": tf.zeros([2])},
+    "output": {"w": tf.constant([[1.0, 0.0], [-1.0, 0.0]]), "b": tf.constant([0.0, 2302.6])},
+  }
+  opt = lopt.opt_fn(theta)
+  task = quadratic.QuadraticTask(dim=10)
+  params = task.init_params(0)
+  grads = {"w": task.curvatures * (params["w"] - task.center)}
+  state = opt.update(opt.init(params), grads)
+  g_hat = grads["w"] / tf.sqrt(tf.reduce_mean(tf.square(grads["w"])) + 1e-5)
+  np.testing.assert_allclose(state.params["w"], params["w"] - 1e-2 * g_hat, rtol=1e-4, atol=1e-6)
+  losses = inner_training.train(task, opt, 200, seed=0).losses.numpy()
+  assert losses[-1] < 0.2 * losses[0]
