@@ -1,0 +1,71 @@
+"""What outer-training writes to disk, and how it is read back (STYLE.md 18).
+
+Two artifacts in a train dir:
+  - CHECKPOINT_DIRNAME/: full outer-state checkpoints (theta, the outer optimizer's slots, the
+    outer step, schedule and RNG state), written by tf.train.CheckpointManager, to resume from;
+  - THETA_DIRNAME/: theta alone, for evaluation and benchmarking.
+
+A theta export is a tf.train.Checkpoint whose `theta` is the nest of meta-parameters, plus a
+JSON file naming the learned optimizer's gin config, so a reader can check it restores theta
+into the same architecture (same shapes) it was trained with.
+"""
+
+import json
+import os
+
+import tensorflow as tf
+
+from task_specific_learned_opt.learned_optimizers import base as lopt_base
+
+CHECKPOINT_DIRNAME = "checkpoints"
+THETA_DIRNAME = "theta"
+THETA_PREFIX = "theta"
+THETA_INFO_FILENAME = "theta_info.json"
+
+
+class ThetaMismatchError(ValueError):
+  """An exported theta whose shapes do not match the learned optimizer it is loaded into."""
+
+
+def save_theta(directory: str, theta: lopt_base.Theta, info: dict | None = None) -> str:
+  """Writes `theta` (a nest of tensors or variables) to `directory`; returns the checkpoint path.
+
+  Args:
+    directory: the export folder (created if needed); an earlier export there is replaced.
+    theta: the meta-parameters.
+    info: JSON-serialisable facts stored beside it (outer step, optimizer config, ...).
+  """
+  tf.io.gfile.makedirs(directory)
+  variables = tf.nest.map_structure(lambda x: tf.Variable(x, trainable=False), theta)
+  path = tf.train.Checkpoint(theta=variables).write(os.path.join(directory, THETA_PREFIX))
+  shapes = tf.nest.map_structure(lambda x: list(x.shape), theta)
+  with tf.io.gfile.GFile(os.path.join(directory, THETA_INFO_FILENAME), "w") as f:
+    json.dump({"shapes": shapes, **(info or {})}, f, indent=2, sort_keys=True)
+  return path
+
+
+def load_theta(directory: str, lopt: lopt_base.LearnedOptimizer) -> lopt_base.Theta:
+  """Reads the theta exported in `directory` into the structure of `lopt.init`.
+
+  Raises:
+    FileNotFoundError: no export in `directory`.
+    ThetaMismatchError: the export's shapes differ from `lopt`'s (another architecture or
+      feature set); the message names both.
+  """
+  prefix = os.path.join(directory, THETA_PREFIX)
+  if not tf.io.gfile.exists(prefix + ".index"):
+    raise FileNotFoundError(f"No theta export in {directory} (expected {prefix}.index).")
+  template = lopt.init(0)
+  expected = tf.nest.map_structure(lambda x: list(x.shape), template)
+  info_path = os.path.join(directory, THETA_INFO_FILENAME)
+  if tf.io.gfile.exists(info_path):
+    with tf.io.gfile.GFile(info_path) as f:
+      saved = json.load(f).get("shapes")
+    if saved is not None and saved != expected:
+      raise ThetaMismatchError(
+        f"The theta in {directory} has shapes {saved}, but the learned optimizer configured here "
+        f"expects {expected}: load it with the gin config it was trained with."
+      )
+  variables = tf.nest.map_structure(lambda x: tf.Variable(tf.zeros_like(x)), template)
+  tf.train.Checkpoint(theta=variables).read(prefix).assert_consumed()
+  return tf.nest.map_structure(tf.convert_to_tensor, variables)

@@ -1,0 +1,28 @@
+"""Theta export: round trip, and a clear error for another architecture."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from task_specific_learned_opt import checkpoints
+from task_specific_learned_opt.learned_optimizers import mlp_lopt
+
+
+def test_theta_round_trip(tmp_path):
+  lopt = mlp_lopt.MLPLOpt()
+  theta = lopt.init(3)
+  checkpoints.save_theta(str(tmp_path), theta, info={"outer_step": 7})
+  loaded = checkpoints.load_theta(str(tmp_path), lopt)
+  for a, b in zip(tf.nest.flatten(theta), tf.nest.flatten(loaded), strict=True):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_loading_into_another_architecture_names_both_shapes(tmp_path):
+  checkpoints.save_theta(str(tmp_path), mlp_lopt.MLPLOpt().init(0))
+  with pytest.raises(checkpoints.ThetaMismatchError, match="16, 32"):
+    checkpoints.load_theta(str(tmp_path), mlp_lopt.MLPLOpt(feature_set="original_code"))
+
+
+def test_missing_export(tmp_path):
+  with pytest.raises(FileNotFoundError, match="No theta export"):
+    checkpoints.load_theta(str(tmp_path), mlp_lopt.MLPLOpt())
