@@ -10,6 +10,11 @@ graph-mode tf.while_loop and differentiated through:
   loss = task.loss(params, batch)               # scalar float32
 
 Batches are drawn statelessly from the seed, so the same seed always gives the same batch.
+
+Every tensor a task reads (images, labels, a quadratic's centre) is in `task.data`, and
+`task.with_data(data)` is the same task reading other tensors. Compiled code passes `data` in as
+an argument instead of capturing it, so one trace serves every task of a family, and the
+outer-training's recomputed segments see no captured constants.
 """
 
 import abc
@@ -41,6 +46,16 @@ class Task(abc.ABC):
   @abc.abstractmethod
   def batch(self, split: str, seed: seeds_lib.SeedLike) -> Batch:
     """A batch of `split` ("train", "valid" or "test"), drawn statelessly from `seed`."""
+
+  @property
+  def data(self) -> Any:
+    """The nest of every tensor the task reads; () for a task that reads none."""
+    return ()
+
+  def with_data(self, data: Any) -> "Task":
+    """This task reading `data` (a nest like `self.data`) instead of its own tensors."""
+    del data
+    return self
 
 
 class TaskFamily(abc.ABC):

@@ -9,6 +9,7 @@ exactly during the backward pass. `dataset(split)` gives the same examples as a 
 prefetched tf.data pipeline, for passes over a whole split (evaluation).
 """
 
+import copy
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -60,6 +61,15 @@ class ImageTask(base.Task):
     self.batch_size = int(batch_size)
     self.image_shape = tuple(self.splits["train"].images.shape[1:])
     self.name = name
+
+  @property
+  def data(self) -> dict:
+    return self.splits
+
+  def with_data(self, data: dict) -> "ImageTask":
+    task = copy.copy(self)
+    task.splits = {k: LabelledImages(*v) for k, v in data.items()}
+    return task
 
   def init_params(self, seed: seeds_lib.SeedLike) -> dict:
     return self.model.init(seeds_lib.as_seed(seed), self.image_shape)

@@ -5,6 +5,8 @@ loss(w; batch) = 1/2 * sum_i a_i * (w_i - c_i - n_i)^2, with curvatures a_i log-
 (noise_std * N(0, 1), zero by default) that makes the gradient stochastic.
 """
 
+import copy
+
 import gin
 import numpy as np
 import tensorflow as tf
@@ -34,6 +36,15 @@ class QuadraticTask(base.Task):
     self.noise_std = float(noise_std)
     self.init_std = float(init_std)
     self.name = f"quadratic{self.dim}"
+
+  @property
+  def data(self) -> dict:
+    return {"curvatures": self.curvatures, "center": self.center}
+
+  def with_data(self, data: dict) -> "QuadraticTask":
+    task = copy.copy(self)
+    task.curvatures, task.center = data["curvatures"], data["center"]
+    return task
 
   def init_params(self, seed: seeds_lib.SeedLike) -> dict:
     return {"w": self.init_std * tf.random.stateless_normal([self.dim], seeds_lib.as_seed(seed))}

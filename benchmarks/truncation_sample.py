@@ -1,0 +1,137 @@
+"""Peak memory and time of one outer-gradient sample (antithetic truncation) on the paper's CNN.
+
+Each measurement runs in a fresh process (peak RSS is per process), on a task of the generated
+family with the paper's CNN and batch 128:
+  - `sample`: one truncation_sample of K steps (g_rp by backprop through both unrolls, g_es),
+    with segment recomputation (--recompute, default) or plain backpropagation;
+  - `plain`: K steps of plain (not differentiated) learned-optimizer training, the baseline of
+    the time ratio.
+
+  python benchmarks/truncation_sample.py --num_steps 1000              # sample vs plain, ratios
+  python benchmarks/truncation_sample.py --num_steps 10000 --modes sample
+
+Reports peak RSS (MiB) over the process's resting RSS after setup, seconds per inner step, and
+the ratio (sample s/step) / (plain s/step); writes JSON with --output.
+"""
+
+import json
+import resource
+import subprocess
+import sys
+import time
+
+import gin
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_multi_integer("num_steps", [1000], "Truncation lengths K to measure.")
+flags.DEFINE_list("modes", ["plain", "sample"], "Which of plain, sample, sample_norecompute.")
+flags.DEFINE_integer("inter_op_threads", 2, "TensorFlow inter-op threads.")
+flags.DEFINE_float("segment_scale", 0.2, "Recomputed segments are ceil(scale * sqrt(K)) steps.")
+flags.DEFINE_string("output", None, "Optional JSON file for the results.")
+flags.DEFINE_string("child", None, "Internal: run one measurement MODE:K in this process.")
+
+
+def _peak_rss_mib() -> float:
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _current_rss_mib() -> float:
+  with open("/proc/self/statm") as f:
+    return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def measure(mode: str, num_steps: int, inter_op_threads: int, segment_scale: float) -> dict:
+  """Runs one measurement in this process and returns its numbers."""
+  import tensorflow as tf
+
+  tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
+  from task_specific_learned_opt import inner_training
+  from task_specific_learned_opt.learned_optimizers import mlp_lopt
+  from task_specific_learned_opt.outer import truncated_unroll
+  from task_specific_learned_opt.tasks import families, generated
+
+  gin.bind_parameter("segment_length_for.scale", segment_scale)
+
+  task = families.ClassSubsetFamily(source=generated.GeneratedClassSource()).sample(0)
+  lopt = mlp_lopt.MLPLOpt()
+  theta = lopt.init(0)
+  state = lopt.opt_fn(theta).init(task.init_params(0))
+
+  if mode == "plain":
+
+    @tf.function(autograph=False)
+    def run(theta, state, k):
+      return inner_training.unroll(task, lopt.opt_fn(theta), state, k, [1, 2])[1]
+
+  else:
+    recompute = mode == "sample"
+
+    @tf.function(autograph=False)
+    def run(theta, state, k):
+      sample = truncated_unroll.truncation_sample(
+        task, lopt, theta, state, k, [1, 2], [3, 4], 0.1, "train", recompute
+      )
+      # Fetch g_rp, or the graph prunes the backward pass away.
+      return sample.loss_plus + 0.0 * tf.linalg.global_norm(tf.nest.flatten(sample.g_rp))
+
+  run(theta, state, tf.constant(2)).numpy()  # Trace and warm up.
+  resting = _current_rss_mib()
+  start = time.time()
+  run(theta, state, tf.constant(num_steps)).numpy()
+  seconds = time.time() - start
+  return {
+    "mode": mode,
+    "num_steps": num_steps,
+    "segment_length": truncated_unroll.default_segment_length(num_steps, segment_scale)
+    if mode == "sample"
+    else None,
+    "seconds": seconds,
+    "seconds_per_step": seconds / num_steps,
+    "peak_rss_mib": _peak_rss_mib(),
+    "resting_rss_mib": resting,
+    "peak_over_resting_mib": _peak_rss_mib() - resting,
+  }
+
+
+def main(argv):
+  del argv
+  if FLAGS.child:
+    mode, k = FLAGS.child.split(":")
+    print(json.dumps(measure(mode, int(k), FLAGS.inter_op_threads, FLAGS.segment_scale)))
+    return
+  results = []
+  for k in FLAGS.num_steps:
+    for mode in FLAGS.modes:
+      out = subprocess.run(
+        [
+          sys.executable,
+          __file__,
+          f"--child={mode}:{k}",
+          f"--inter_op_threads={FLAGS.inter_op_threads}",
+          f"--segment_scale={FLAGS.segment_scale}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+      )
+      result = json.loads(out.stdout.strip().splitlines()[-1])
+      results.append(result)
+      print(
+        f"K={k:6d} {mode:20s} {result['seconds_per_step'] * 1e3:8.2f} ms/step  "
+        f"peak RSS {result['peak_rss_mib']:7.0f} MiB (+{result['peak_over_resting_mib']:.0f} "
+        "over resting)",
+        flush=True,
+      )
+  by_key = {(r["mode"], r["num_steps"]): r for r in results}
+  for k in FLAGS.num_steps:
+    if ("plain", k) in by_key and ("sample", k) in by_key:
+      ratio = by_key[("sample", k)]["seconds_per_step"] / by_key[("plain", k)]["seconds_per_step"]
+      print(f"K={k}: sample / plain time per inner step = {ratio:.2f}")
+  if FLAGS.output:
+    with open(FLAGS.output, "w") as f:
+      json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+  app.run(main)

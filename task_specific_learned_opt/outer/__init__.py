@@ -1,0 +1,1 @@
+"""Outer-training: truncation schedules, the antithetic truncated unroll, gradient estimators."""

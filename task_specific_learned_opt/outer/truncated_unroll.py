@@ -1,0 +1,300 @@
+"""One antithetic truncation and its gradient estimates (paper Sec. 3, App. C; REFERENCE.md).
+
+From an inner state at step t0, the + and - unrolls apply u(.; theta + e) and u(.; theta - e)
+for K steps on identical batches (step t trains on task.batch("train", fold_in(train_seed, t))).
+Their outer losses are the mean over the K post-update states of the clipped inner loss:
+  - L_train: the loss of w_{t+1} on the training batch of step t+1, which is the loss the next
+    step computes anyway before its update; the K-th term is evaluated after the loop on the
+    batch the next truncation starts with. No extra forward pass per step.
+  - L_valid: the loss of w_{t+1} on task.batch("valid", fold_in(valid_seed, t)).
+Then
+  g_rp = d/dtheta (L+ + L-) / 2      (backpropagation through both unrolls)
+  g_es = (L+ - L-) / 2 * e / sigma^2 (antithetic ES)
+and the + unroll's end state is the state the next truncation starts from.
+
+Memory. Backpropagating through K steps stores every step (~25 MB per step for the paper's CNN
+at batch 128, both unrolls). With `recompute=True` the unroll is cut into segments of
+S = ceil(0.2 sqrt(K)) steps (gin: segment_length_for.scale): the forward pass keeps only the
+inner states at segment starts, and the backward pass reruns each segment under a
+tf.custom_gradient to backpropagate through it, so memory grows like sqrt(K), for about one extra
+forward pass. Everything a segment reads (theta, the states, the task's data, seeds) is passed in
+as tensors, never captured, and the while loops run with parallel_iterations=2, which bounds how
+far iterations run ahead of each other (and so the memory they hold).
+"""
+
+import math
+from typing import NamedTuple
+
+import gin
+import tensorflow as tf
+
+from task_specific_learned_opt import inner_training
+from task_specific_learned_opt import seeds as seeds_lib
+from task_specific_learned_opt.learned_optimizers import base as lopt_base
+from task_specific_learned_opt.optimizers import base as opt_base
+from task_specific_learned_opt.tasks import base as task_base
+
+OBJECTIVES = ("train", "valid")
+SEGMENT_SCALE = 0.2
+_PARALLEL_ITERATIONS = 2
+
+
+class TruncationSample(NamedTuple):
+  """What one truncation gives: both estimates, both outer losses and the + end state."""
+
+  g_rp: lopt_base.Theta
+  g_es: lopt_base.Theta
+  loss_plus: tf.Tensor
+  loss_minus: tf.Tensor
+  state: opt_base.OptState  # The + unroll's end state.
+
+
+def data_seeds(seed: seeds_lib.SeedLike) -> tuple[tf.Tensor, tf.Tensor]:
+  """The training-batch and validation-batch seeds of an inner run's data stream."""
+  return seeds_lib.fold_in(seed, 0), seeds_lib.fold_in(seed, 1)
+
+
+def perturbation(theta: lopt_base.Theta, seed: seeds_lib.SeedLike, sigma: float):
+  """e ~ N(0, sigma^2 I) in the shape of theta, drawn statelessly from `seed`."""
+  leaves = tf.nest.flatten(theta)
+  leaf_seeds = seeds_lib.split(seed, len(leaves))
+  return tf.nest.pack_sequence_as(
+    theta,
+    [sigma * tf.random.stateless_normal(tf.shape(x), leaf_seeds[i]) for i, x in enumerate(leaves)],
+  )
+
+
+class _SegmentInputs(NamedTuple):
+  """What a segment reads besides theta and the states; passed in, never captured, so the
+  recomputing gradient graph holds no captured constants."""
+
+  task_data: object
+  train_seed: tf.Tensor
+  valid_seed: tf.Tensor
+  first_term_step: tf.Tensor  # L_train counts a step's pre-update loss from this step on.
+  start: tf.Tensor
+  length: tf.Tensor
+
+
+def _pair_segment(task, lopt, objective, theta_pair, states, inputs: _SegmentInputs):
+  """`length` steps of the + and - unrolls from inner step `start` on shared batches.
+
+  Returns:
+    (state_plus, state_minus, sum_plus, sum_minus): the end states and the sums of this
+    segment's outer-loss terms. For L_train a step's term is its pre-update loss and counts
+    only from `first_term_step` on (the truncation's first w is not a post-update state).
+  """
+  task = task.with_data(inputs.task_data)
+  opts = [lopt.opt_fn(theta) for theta in theta_pair]
+
+  def body(i, state_plus, state_minus, sum_plus, sum_minus):
+    t = inputs.start + i
+    batch = task.batch("train", seeds_lib.fold_in(inputs.train_seed, t))
+    new_states, sums = [], []
+    for opt, state, total in zip(
+      opts, (state_plus, state_minus), (sum_plus, sum_minus), strict=True
+    ):
+      loss, grads = inner_training.loss_and_grads(task, opt.get_params(state), batch)
+      new_state = opt.update(state, grads, loss=loss)
+      if objective == "train":
+        term = loss * tf.cast(t >= inputs.first_term_step, tf.float32)
+      else:
+        valid_batch = task.batch("valid", seeds_lib.fold_in(inputs.valid_seed, t))
+        term = inner_training.clip_loss(task.loss(opt.get_params(new_state), valid_batch))
+      new_states.append(new_state)
+      sums.append(total + term)
+    return (i + 1, *new_states, *sums)
+
+  zero = tf.constant(0.0)
+  _, state_plus, state_minus, sum_plus, sum_minus = tf.while_loop(
+    lambda i, *_: i < inputs.length,
+    body,
+    (tf.constant(0, tf.int32), states[0], states[1], zero, zero),
+    parallel_iterations=_PARALLEL_ITERATIONS,
+  )
+  return state_plus, state_minus, sum_plus, sum_minus
+
+
+def _is_float(x: tf.Tensor) -> bool:
+  return x.dtype.is_floating
+
+
+def _recomputed(segment_fn, output_structure, differentiable, constants):
+  """segment_fn(*differentiable, constants), with a gradient that reruns the segment.
+
+  The forward pass keeps only the segment's inputs; the backward pass reruns the segment under
+  a tape and backpropagates the upstream gradients through it. Gradients flow to the float
+  leaves of `differentiable`; `constants` get none.
+  """
+  flat_diff = tf.nest.flatten(differentiable)
+  flat_const = tf.nest.flatten(constants)
+  float_index = [i for i, x in enumerate(flat_diff) if _is_float(x)]
+  num_float = len(float_index)
+
+  def call(float_values, const_values):
+    values = list(flat_diff)
+    for i, value in zip(float_index, float_values, strict=True):
+      values[i] = value
+    return segment_fn(
+      *tf.nest.pack_sequence_as(differentiable, values),
+      tf.nest.pack_sequence_as(constants, list(const_values)),
+    )
+
+  @tf.custom_gradient
+  def forward(*args):
+    float_values, const_values = args[:num_float], args[num_float:]
+    flat_outputs = tf.nest.flatten(call(float_values, const_values))
+
+    def grad_fn(*upstream):
+      with tf.GradientTape() as tape:
+        tape.watch(float_values)
+        rerun = tf.nest.flatten(call(float_values, const_values))
+      targets, output_grads = [], []
+      for out, grad in zip(rerun, upstream, strict=True):
+        if _is_float(out):
+          targets.append(out)
+          output_grads.append(tf.zeros_like(out) if grad is None else grad)
+      grads = tape.gradient(
+        targets,
+        list(float_values),
+        output_gradients=output_grads,
+        unconnected_gradients=tf.UnconnectedGradients.ZERO,
+      )
+      return list(grads) + [None] * len(const_values)
+
+    return flat_outputs, grad_fn
+
+  flat_outputs = forward(*[flat_diff[i] for i in float_index], *flat_const)
+  return tf.nest.pack_sequence_as(output_structure, flat_outputs)
+
+
+@gin.configurable
+def segment_length_for(num_steps, scale: float = SEGMENT_SCALE) -> tf.Tensor:
+  """ceil(scale * sqrt(K)) steps per recomputed segment.
+
+  Memory is (K / S) stored states plus S steps of activations during a segment's rerun; the sum
+  is smallest at S = sqrt(K * state / activations). For the paper's CNN at batch 128 a step's
+  activations (~25 MB, both unrolls) are ~25x a stored state pair (~1 MB), hence scale 0.2.
+  """
+  k = tf.cast(num_steps, tf.float32)
+  return tf.maximum(tf.cast(tf.math.ceil(scale * tf.sqrt(k)), tf.int32), 1)
+
+
+def antithetic_losses(
+  task: task_base.Task,
+  lopt: lopt_base.LearnedOptimizer,
+  theta_plus: lopt_base.Theta,
+  theta_minus: lopt_base.Theta,
+  state: opt_base.OptState,
+  num_steps,
+  data_seed: seeds_lib.SeedLike,
+  objective: str = "train",
+  recompute: bool = True,
+  segment_length=None,
+):
+  """L+ and L- of one truncation of `num_steps` steps from `state`, and the + end state.
+
+  Differentiable with respect to theta_plus and theta_minus (and the start state).
+
+  Args:
+    task: the inner problem.
+    lopt: the learned optimizer.
+    theta_plus: theta + e.
+    theta_minus: theta - e.
+    state: the inner optimizer state at the start (its `iteration` is the inner step t0).
+    num_steps: K >= 1, int or int32 tensor.
+    data_seed: the inner run's data seed (see data_seeds).
+    objective: "train" (L_train) or "valid" (L_valid).
+    recompute: segment-wise recomputation in the backward pass (memory ~ sqrt(K)); False
+      stores every step (plain backpropagation).
+    segment_length: steps per segment; segment_length_for(K) by default.
+
+  Returns:
+    (loss_plus, loss_minus, end_state_plus).
+  """
+  if objective not in OBJECTIVES:
+    raise ValueError(f"Unknown objective {objective!r}; expected one of {OBJECTIVES}.")
+  train_seed, valid_seed = data_seeds(data_seed)
+  num_steps = tf.convert_to_tensor(num_steps, tf.int32)
+  first_step = tf.convert_to_tensor(state.iteration, tf.int32)
+  if segment_length is None:
+    segment_length = segment_length_for(num_steps) if recompute else num_steps
+  segment_length = tf.convert_to_tensor(segment_length, tf.int32)
+
+  def segment_fn(theta_pair, states, inputs):
+    return _pair_segment(task, lopt, objective, theta_pair, states, inputs)
+
+  output_structure = (state, state, tf.constant(0.0), tf.constant(0.0))
+
+  def body(start, states, sum_plus, sum_minus):
+    inputs = _SegmentInputs(
+      task_data=task.data,
+      train_seed=train_seed,
+      valid_seed=valid_seed,
+      first_term_step=first_step + 1,
+      start=start,
+      length=tf.minimum(segment_length, first_step + num_steps - start),
+    )
+    theta_pair = (theta_plus, theta_minus)
+    if recompute:
+      outputs = _recomputed(segment_fn, output_structure, (theta_pair, states), inputs)
+    else:
+      outputs = segment_fn(theta_pair, states, inputs)
+    state_plus, state_minus, seg_plus, seg_minus = outputs
+    return (
+      start + inputs.length,
+      (state_plus, state_minus),
+      sum_plus + seg_plus,
+      sum_minus + seg_minus,
+    )
+
+  zero = tf.constant(0.0)
+  _, (end_plus, end_minus), sum_plus, sum_minus = tf.while_loop(
+    lambda start, *_: start < first_step + num_steps,
+    body,
+    (first_step, (state, state), zero, zero),
+    parallel_iterations=_PARALLEL_ITERATIONS,
+  )
+  if objective == "train":
+    # The K-th post-update state's loss, on the batch the next truncation starts with.
+    last_batch = task.batch("train", seeds_lib.fold_in(train_seed, first_step + num_steps))
+    params_plus = lopt.opt_fn(theta_plus).get_params(end_plus)
+    params_minus = lopt.opt_fn(theta_minus).get_params(end_minus)
+    sum_plus += inner_training.clip_loss(task.loss(params_plus, last_batch))
+    sum_minus += inner_training.clip_loss(task.loss(params_minus, last_batch))
+  k = tf.cast(num_steps, tf.float32)
+  return sum_plus / k, sum_minus / k, end_plus
+
+
+def truncation_sample(
+  task: task_base.Task,
+  lopt: lopt_base.LearnedOptimizer,
+  theta: lopt_base.Theta,
+  state: opt_base.OptState,
+  num_steps,
+  data_seed: seeds_lib.SeedLike,
+  perturbation_seed: seeds_lib.SeedLike,
+  sigma: float,
+  objective: str = "train",
+  recompute: bool = True,
+) -> TruncationSample:
+  """g_rp, g_es, L+, L- and the + end state of one antithetic truncation (see the module doc)."""
+  e = perturbation(theta, perturbation_seed, sigma)
+  with tf.GradientTape() as tape:
+    tape.watch(theta)
+    theta_plus = tf.nest.map_structure(tf.add, theta, e)
+    theta_minus = tf.nest.map_structure(tf.subtract, theta, e)
+    loss_plus, loss_minus, end_state = antithetic_losses(
+      task, lopt, theta_plus, theta_minus, state, num_steps, data_seed, objective, recompute
+    )
+    mean_loss = (loss_plus + loss_minus) / 2.0
+  g_rp = tape.gradient(mean_loss, theta, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+  scale = (loss_plus - loss_minus) / (2.0 * sigma**2)
+  g_es = tf.nest.map_structure(lambda x: scale * x, e)
+  end_state = tf.nest.map_structure(tf.stop_gradient, end_state)
+  return TruncationSample(g_rp, g_es, loss_plus, loss_minus, end_state)
+
+
+def default_segment_length(num_steps: int, scale: float = SEGMENT_SCALE) -> int:
+  """segment_length_for in Python, for reporting."""
+  return max(1, math.ceil(scale * math.sqrt(num_steps)))
