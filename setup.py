@@ -22,6 +22,8 @@ setuptools.setup(
     "absl-py>=2.0",
     "gin-config>=0.5",
     "matplotlib>=3.7",
+    # tf.summary needs it; TensorFlow does not install it.
+    "tensorboard>=2.16",
   ],
   extras_require={"test": ["pytest>=7.4", "ruff>=0.4"]},
   scripts=sorted(glob.glob("bin/*")),

@@ -5,12 +5,38 @@ that names the problem and the fix, and exits with status 1, instead of a traceb
 """
 
 import functools
+import signal
 import sys
 
-from task_specific_learned_opt import gin_config
+from absl import flags
+
+from task_specific_learned_opt import checkpoints, gin_config
+from task_specific_learned_opt.distributed import local
 from task_specific_learned_opt.tasks import tfds_source
 
-USER_ERRORS = (gin_config.GinConfigError, tfds_source.DatasetNotPreparedError)
+USER_ERRORS = (
+  gin_config.GinConfigError,
+  tfds_source.DatasetNotPreparedError,
+  local.CheckpointError,
+  checkpoints.ThetaMismatchError,
+)
+
+
+def define_gin_flags(default_gin_file: str) -> None:
+  """Defines --gin_file and --gin_bindings, which every binary takes (once per process)."""
+  if "gin_file" not in flags.FLAGS:
+    flags.DEFINE_multi_string("gin_file", [default_gin_file], "Gin experiment file(s).")
+    flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings that override the files.")
+
+
+def _raise_keyboard_interrupt(signum, frame):
+  del signum, frame
+  raise KeyboardInterrupt
+
+
+def sigterm_interrupts() -> None:
+  """Makes SIGTERM raise KeyboardInterrupt, so `finally` blocks (the last checkpoint) run."""
+  signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
 
 
 def exits_on_user_error(main):
@@ -20,6 +46,8 @@ def exits_on_user_error(main):
   def wrapped(argv):
     try:
       return main(argv)
+    except KeyboardInterrupt:
+      sys.exit("interrupted (state saved)")
     except USER_ERRORS as e:
       # Gin appends where the error was raised; the message alone names the problem and the fix.
       message = str(e).split("In call to configurable")[0]

@@ -32,6 +32,7 @@ from task_specific_learned_opt import inner_training
 from task_specific_learned_opt import seeds as seeds_lib
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.optimizers import base as opt_base
+from task_specific_learned_opt.outer import estimators
 from task_specific_learned_opt.tasks import base as task_base
 
 OBJECTIVES = ("train", "valid")
@@ -289,8 +290,7 @@ def truncation_sample(
     )
     mean_loss = (loss_plus + loss_minus) / 2.0
   g_rp = tape.gradient(mean_loss, theta, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-  scale = (loss_plus - loss_minus) / (2.0 * sigma**2)
-  g_es = tf.nest.map_structure(lambda x: scale * x, e)
+  g_es = estimators.es_gradient(loss_plus, loss_minus, e, sigma)
   end_state = tf.nest.map_structure(tf.stop_gradient, end_state)
   return TruncationSample(g_rp, g_es, loss_plus, loss_minus, end_state)
 

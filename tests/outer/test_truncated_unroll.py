@@ -13,7 +13,15 @@ from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.optimizers import base as opt_base
 from task_specific_learned_opt.outer import truncated_unroll
-from task_specific_learned_opt.tasks import quadratic
+from task_specific_learned_opt.tasks import networks, quadratic
+
+
+def _tiny_cnn_task(seed):
+  # One conv layer is enough to exercise every path; a deeper net only slows the traces.
+  family = testing_utils.small_generated_family(
+    model=networks.ConvNet(channels=(4,), strides=(2,)), batch_size=8
+  )
+  return family.sample(seed)
 
 
 def _scaled_theta(lopt, scale=10.0):
@@ -33,7 +41,7 @@ def _sample_fn(task, lopt, objective="train", recompute=True, sigma=0.1):
 
 @pytest.mark.parametrize("objective", ["train", "valid"])
 def test_losses_and_end_state_follow_the_definition(objective):
-  task = testing_utils.small_generated_family().sample(0)
+  task = _tiny_cnn_task(0)
   lopt = mlp_lopt.MLPLOpt()
   theta = _scaled_theta(lopt)
   start = lopt.opt_fn(theta).init(task.init_params(0))
@@ -69,7 +77,7 @@ def test_losses_and_end_state_follow_the_definition(objective):
 
 @pytest.mark.parametrize("objective", ["train", "valid"])
 def test_recomputed_and_plain_backprop_give_the_same_g_rp(objective):
-  task = testing_utils.small_generated_family().sample(1)
+  task = _tiny_cnn_task(1)
   lopt = mlp_lopt.MLPLOpt()
   theta = _scaled_theta(lopt)
   state = lopt.opt_fn(theta).init(task.init_params(0))

@@ -1,0 +1,173 @@
+"""The chief: theta, the outer optimizer, and the update from a batch of samples (App. C, D.3).
+
+  chief = Chief(lopt)
+  stats = chief.apply(samples)   # drop non-finite, merge (eq. 1), Adam on theta, outer_step += 1
+  theta = chief.theta()
+
+State lives in tf.Variables (theta, Adam's m and v, the outer step), so tf.train.Checkpoint
+saves and restores it whole. The update itself is the project's hand-written Adam
+(optimizers/adam.py) applied to theta as a pure function, compiled once with a dynamic batch
+dimension, so batches of any size (after dropping) reuse one trace.
+"""
+
+import time
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from task_specific_learned_opt.distributed import base
+from task_specific_learned_opt.learned_optimizers import base as lopt_base
+from task_specific_learned_opt.optimizers import adam
+from task_specific_learned_opt.outer import estimators
+
+LEARNING_RATE_TRAIN = 3e-3  # App. D.3: outer lr for L_train.
+LEARNING_RATE_VALID = 3e-4  # App. D.3: outer lr for L_valid.
+BETA1 = 0.5  # App. D.3.
+BATCH_SIZE = 128  # App. D.3: samples per outer update.
+
+
+def _mean_over_coordinates(nest) -> tf.Tensor:
+  leaves = [tf.reshape(x, [-1]) for x in tf.nest.flatten(nest)]
+  return tf.reduce_mean(tf.concat(leaves, 0))
+
+
+@gin.configurable
+class Chief:
+  """Holds theta and applies merged gradient estimates to it with Adam."""
+
+  def __init__(
+    self,
+    lopt: lopt_base.LearnedOptimizer,
+    seed: int = 0,
+    learning_rate: float = LEARNING_RATE_TRAIN,
+    beta1: float = BETA1,
+    beta2: float = 0.999,
+    epsilon: float = 1e-8,
+    estimator: str = "merged",
+    clip_value: float | None = None,
+    batch_size: int = BATCH_SIZE,
+  ):
+    """Makes the chief with theta = lopt.init(seed).
+
+    Args:
+      lopt: the learned optimizer whose theta is trained.
+      seed: seed of theta's initialisation.
+      learning_rate: Adam's learning rate on theta (3e-3 for L_train, 3e-4 for L_valid).
+      beta1: Adam's beta1 (0.5 in the paper).
+      beta2: Adam's beta2.
+      epsilon: Adam's epsilon.
+      estimator: "merged" (eq. 1), "rp" or "es" (the Fig. 8 ablations).
+      clip_value: clip the gradient to +-clip_value before Adam (the authors' code: 0.1).
+      batch_size: samples per update (128).
+    """
+    if estimator not in estimators.ESTIMATORS:
+      raise ValueError(f"Unknown estimator {estimator!r}; expected one of {estimators.ESTIMATORS}.")
+    self.lopt = lopt
+    self.estimator = estimator
+    self.clip_value = clip_value
+    self.batch_size = int(batch_size)
+    self.optimizer = adam.Adam(
+      learning_rate=learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon
+    )
+    initial = self.optimizer.init(lopt.init(seed))
+    self.variables = tf.nest.map_structure(
+      lambda x: tf.Variable(x, trainable=False), initial._asdict()
+    )
+    self.outer_step = tf.Variable(0, dtype=tf.int64, trainable=False)
+    self._structure = initial.params
+    signature = tf.nest.map_structure(
+      lambda x: tf.TensorSpec([None, *x.shape], tf.float32), initial.params
+    )
+    self._apply = tf.function(
+      self._apply_batch,
+      input_signature=[signature, signature, tf.TensorSpec([None]), tf.TensorSpec([None])],
+      autograph=False,
+    )
+
+  def theta(self) -> lopt_base.Theta:
+    """The current theta, a nest of tensors."""
+    return tf.nest.map_structure(tf.convert_to_tensor, self.variables["params"])
+
+  def theta_numpy(self) -> lopt_base.Theta:
+    return tf.nest.map_structure(lambda v: v.numpy(), self.variables["params"])
+
+  @property
+  def step(self) -> int:
+    return int(self.outer_step.numpy())
+
+  def checkpoint_items(self) -> dict:
+    """What a tf.train.Checkpoint must hold to resume the chief exactly."""
+    return {"theta_and_adam": self.variables, "outer_step": self.outer_step}
+
+  def _apply_batch(self, g_rp, g_es, loss_plus, loss_minus):
+    keep = estimators.finite_mask(g_rp, g_es, loss_plus, loss_minus)
+    num_kept = tf.reduce_sum(tf.cast(keep, tf.int32))
+    g_rp, g_es = (
+      tf.nest.map_structure(lambda x: tf.boolean_mask(x, keep), nest) for nest in (g_rp, g_es)
+    )
+    gradient, merge = estimators.combine(g_rp, g_es, self.estimator)
+    gradient = estimators.clip_by_value(gradient, self.clip_value)
+    state = adam.AdamState(**tf.nest.map_structure(tf.convert_to_tensor, self.variables))
+
+    def update():
+      new_state = self.optimizer.update(state, gradient)
+      for var, value in zip(
+        tf.nest.flatten(self.variables), tf.nest.flatten(new_state._asdict()), strict=True
+      ):
+        var.assign(value)
+      self.outer_step.assign_add(1)
+      return tf.constant(True)
+
+    applied = tf.cond(num_kept > 0, update, lambda: tf.constant(False))
+    kept_plus, kept_minus = tf.boolean_mask(loss_plus, keep), tf.boolean_mask(loss_minus, keep)
+    return {
+      "applied": applied,
+      "num_kept": num_kept,
+      "num_dropped": tf.size(keep) - num_kept,
+      "outer_loss": tf.reduce_mean(tf.concat([kept_plus, kept_minus], 0)),
+      "loss_plus": tf.reduce_mean(kept_plus),
+      "loss_minus": tf.reduce_mean(kept_minus),
+      "rp_variance": _mean_over_coordinates(merge.rp_variance),
+      "es_variance": _mean_over_coordinates(merge.es_variance),
+      "es_weight": _mean_over_coordinates(merge.es_weight),
+      "gradient_norm": tf.linalg.global_norm(tf.nest.flatten(gradient)),
+    }
+
+  def apply(self, samples: list[base.Sample]) -> dict:
+    """Drops non-finite samples, merges the rest, takes one Adam step on theta.
+
+    If every sample is dropped, theta and the outer step are left as they were.
+
+    Returns:
+      Statistics of the update as Python numbers: applied, num_kept, num_dropped, outer_loss,
+      loss_plus, loss_minus, rp_variance, es_variance (mean per-coordinate variances),
+      es_weight (mean ES weight of the merge), gradient_norm, mean_num_steps, max_staleness,
+      mean_staleness, seconds.
+    """
+    if not samples:
+      raise ValueError("Chief.apply needs at least one sample.")
+    start = time.time()
+    step_before = self.step
+
+    def stack(field):
+      return tf.nest.map_structure(
+        lambda *xs: np.stack(xs).astype(np.float32), *[getattr(s, field) for s in samples]
+      )
+
+    stats = self._apply(
+      stack("g_rp"),
+      stack("g_es"),
+      np.array([s.loss_plus for s in samples], np.float32),
+      np.array([s.loss_minus for s in samples], np.float32),
+    )
+    stats = {k: v.numpy().item() for k, v in stats.items()}
+    staleness = [step_before - s.theta_version for s in samples]
+    stats.update(
+      mean_num_steps=float(np.mean([s.num_steps for s in samples])),
+      mean_inner_step=float(np.mean([s.inner_step for s in samples])),
+      max_staleness=int(max(staleness)),
+      mean_staleness=float(np.mean(staleness)),
+      seconds=time.time() - start,
+    )
+    return stats

@@ -1,0 +1,191 @@
+"""The worker's truncation step (paper App. C): one (g_rp, g_es) sample per truncation.
+
+A worker keeps one inner-training run going across truncations: its task, the inner optimizer
+state (params, momenta, inner step t). Each truncation:
+  1. K from the curriculum at the current outer step, capped at the steps left before the
+     horizon (10,000 inner steps);
+  2. one perturbation e ~ N(0, sigma^2 I); the + and - unrolls of K steps on identical data;
+  3. the sample (g_rp, g_es, L+, L-, theta version, K); the + unroll's end state is kept;
+  4. past the horizon, the next truncation starts a new task (new classes, new weights, zero
+     momenta, t = 0).
+Every random choice comes from seeds derived from (seed, worker id, task index, truncation
+index), so a sample is reproducible from theta, the worker state and the seed.
+"""
+
+from typing import Any, NamedTuple
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from task_specific_learned_opt import seeds as seeds_lib
+from task_specific_learned_opt.distributed import base
+from task_specific_learned_opt.learned_optimizers import base as lopt_base
+from task_specific_learned_opt.outer import schedules, truncated_unroll
+from task_specific_learned_opt.tasks import base as task_base
+
+HORIZON = 10000  # Paper App. D.3: inner problems are trained for 10k steps, then reset.
+SIGMA = 0.1  # Paper Sec. 3: sigma^2 = 0.01.
+_SAMPLE_FNS = {}
+
+
+class WorkerState(NamedTuple):
+  """Everything a worker carries between truncations (all of it checkpointable)."""
+
+  task_index: int  # Tasks this worker has started; the current one is task_index - 1.
+  truncation_index: int  # Truncations this worker has run.
+  inner_state: Any  # The inner optimizer state, or None when a new task must start.
+
+
+@gin.configurable(denylist=["worker_id"])
+class Worker:
+  """Produces samples from truncated antithetic unrolls of its own inner-training run."""
+
+  def __init__(
+    self,
+    family: task_base.TaskFamily,
+    lopt: lopt_base.LearnedOptimizer,
+    worker_id: int = 0,
+    seed: int = 0,
+    sigma: float = SIGMA,
+    objective: str = "train",
+    horizon: int = HORIZON,
+    schedule: schedules.TruncationSchedule | None = None,
+    recompute: bool = True,
+  ):
+    """Makes a worker.
+
+    Args:
+      family: the task family inner problems are sampled from.
+      lopt: the learned optimizer being outer-trained.
+      worker_id: this worker's index (it changes every seed it uses).
+      seed: the experiment's seed.
+      sigma: standard deviation of the ES perturbation (sigma^2 = 0.01 in the paper).
+      objective: "train" (L_train) or "valid" (L_valid).
+      horizon: inner steps before an inner problem is reset (10,000).
+      schedule: truncation lengths; the paper's LinearCurriculum by default.
+      recompute: segment-wise recomputation in the backward pass (memory ~ sqrt(K)).
+    """
+    if objective not in truncated_unroll.OBJECTIVES:
+      raise ValueError(
+        f"Unknown objective {objective!r}; expected one of {truncated_unroll.OBJECTIVES}."
+      )
+    self.family = family
+    self.lopt = lopt
+    self.worker_id = int(worker_id)
+    self.seed = seeds_lib.fold_in(seeds_lib.as_seed(seed), self.worker_id)
+    self.sigma = float(sigma)
+    self.objective = objective
+    self.horizon = int(horizon)
+    self.schedule = schedule if schedule is not None else schedules.LinearCurriculum()
+    self.recompute = bool(recompute)
+    self._task = None
+    self._task_index = None
+
+  def initial_state(self) -> WorkerState:
+    return WorkerState(task_index=0, truncation_index=0, inner_state=None)
+
+  def task_seed(self, task_index: int) -> tf.Tensor:
+    """The seed of this worker's `task_index`-th task: its classes, init and data."""
+    return seeds_lib.fold_in(seeds_lib.fold_in(self.seed, 1), task_index)
+
+  def task(self, task_index: int) -> task_base.Task:
+    """This worker's `task_index`-th task (the last one is kept in memory)."""
+    if self._task_index != task_index:
+      self._task = self.family.sample(self.task_seed(task_index))
+      self._task_index = task_index
+    return self._task
+
+  def new_inner_state(self, theta: lopt_base.Theta, task_index: int):
+    """A fresh inner run: the task's initial params, zero optimizer accumulators, t = 0."""
+    params = self.task(task_index).init_params(seeds_lib.fold_in(self.task_seed(task_index), 0))
+    return self.lopt.opt_fn(theta).init(params)
+
+  def _compiled(self, task: task_base.Task):
+    # Workers of one process with the same configuration share one trace: the task's data is an
+    # argument, so any task of the family runs through it.
+    key = (id(self.family), id(self.lopt), self.sigma, self.objective, self.recompute)
+    if key not in _SAMPLE_FNS:
+      template, lopt, sigma, objective, recompute = task, self.lopt, *key[2:]
+
+      @tf.function(autograph=False, reduce_retracing=True)
+      def sample_fn(theta, inner_state, task_data, num_steps, data_seed, perturbation_seed):
+        return truncated_unroll.truncation_sample(
+          template.with_data(task_data),
+          lopt,
+          theta,
+          inner_state,
+          num_steps,
+          data_seed,
+          perturbation_seed,
+          sigma,
+          objective,
+          recompute,
+        )
+
+      # Holding the family and lopt keeps their ids from being reused by other objects.
+      _SAMPLE_FNS[key] = (sample_fn, self.family, lopt)
+    return _SAMPLE_FNS[key][0]
+
+  def truncation_length(self, outer_step: int, state: WorkerState, inner_step: int) -> int:
+    """K for this truncation: the schedule at `outer_step`, jittered, capped at the horizon."""
+    truncation_seed = seeds_lib.fold_in(seeds_lib.fold_in(self.seed, 2), state.truncation_index)
+    u = schedules.truncation_uniform(truncation_seed)
+    return self.schedule.length(int(outer_step), u, self.horizon - int(inner_step))
+
+  def step(
+    self, theta: lopt_base.Theta, theta_version: int, state: WorkerState
+  ) -> tuple[base.Sample, WorkerState]:
+    """One truncation at `theta` (published at outer step `theta_version`).
+
+    Returns:
+      (the sample, the worker's next state).
+    """
+    theta = tf.nest.map_structure(tf.convert_to_tensor, theta)
+    if state.inner_state is None:
+      state = WorkerState(
+        state.task_index + 1, state.truncation_index, self.new_inner_state(theta, state.task_index)
+      )
+    task_index = state.task_index - 1
+    task = self.task(task_index)
+    inner_step = int(state.inner_state.iteration)
+    num_steps = self.truncation_length(theta_version, state, inner_step)
+    perturbation_seed = seeds_lib.fold_in(seeds_lib.fold_in(self.seed, 3), state.truncation_index)
+    data_seed = seeds_lib.fold_in(self.task_seed(task_index), 1)
+    result = self._compiled(task)(
+      theta,
+      state.inner_state,
+      task.data,
+      tf.constant(num_steps, tf.int32),
+      data_seed,
+      perturbation_seed,
+    )
+    done = inner_step + num_steps >= self.horizon
+    next_state = WorkerState(
+      task_index=state.task_index,
+      truncation_index=state.truncation_index + 1,
+      inner_state=None if done else result.state,
+    )
+    sample = base.Sample(
+      g_rp=tf.nest.map_structure(np.asarray, result.g_rp),
+      g_es=tf.nest.map_structure(np.asarray, result.g_es),
+      loss_plus=float(result.loss_plus),
+      loss_minus=float(result.loss_minus),
+      theta_version=int(theta_version),
+      num_steps=num_steps,
+      inner_step=inner_step,
+      worker_id=self.worker_id,
+    )
+    return sample, next_state
+
+
+def run_worker(
+  worker: Worker, transport: base.Transport, num_samples: int, state: WorkerState | None = None
+) -> WorkerState:
+  """The worker loop: read theta, compute a sample, hand it over; `num_samples` times."""
+  state = state if state is not None else worker.initial_state()
+  for _ in range(num_samples):
+    theta, version = transport.read_theta()
+    sample, state = worker.step(theta, version, state)
+    transport.put_sample(sample)
+  return state

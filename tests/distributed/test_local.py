@@ -1,0 +1,122 @@
+"""Local outer-training: resume exactly, refuse foreign or damaged checkpoints, run the binary."""
+
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import testing_utils
+from absl import flags
+
+from task_specific_learned_opt import checkpoints
+from task_specific_learned_opt.distributed import local
+from task_specific_learned_opt.learned_optimizers import mlp_lopt
+from task_specific_learned_opt.outer import schedules
+from task_specific_learned_opt.tasks import quadratic
+
+
+def _bind_small():
+  import gin
+
+  gin.bind_parameter("Chief.batch_size", 3)
+  gin.bind_parameter("Worker.horizon", 12)
+  gin.bind_parameter("Worker.schedule", schedules.FixedLength(4))
+
+
+# One family and learned optimizer for every run, so the runs share one compiled sampler.
+FAMILY, LOPT = quadratic.QuadraticFamily(dim=4), mlp_lopt.MLPLOpt()
+
+
+def _train(train_dir, steps, lopt=None):
+  _bind_small()
+  return local.train_local(
+    str(train_dir),
+    family=FAMILY,
+    lopt=lopt or LOPT,
+    num_workers=2,
+    num_outer_steps=steps,
+  )
+
+
+def _theta(train_dir, lopt=None):
+  return checkpoints.load_theta(
+    os.path.join(str(train_dir), checkpoints.THETA_DIRNAME), lopt or mlp_lopt.MLPLOpt()
+  )
+
+
+def _records(train_dir):
+  with open(os.path.join(str(train_dir), local.PROGRESS_FILENAME)) as f:
+    return [json.loads(line) for line in f]
+
+
+def test_a_resumed_run_continues_exactly(tmp_path):
+  _train(tmp_path / "straight", 4)
+  _train(tmp_path / "resumed", 2)
+  _train(tmp_path / "resumed", 4)  # The same command again: resumes at outer step 2.
+  straight, resumed = _theta(tmp_path / "straight"), _theta(tmp_path / "resumed")
+  for a, b in zip(tf.nest.flatten(straight), tf.nest.flatten(resumed), strict=True):
+    np.testing.assert_array_equal(a, b)
+  assert [r["outer_step"] for r in _records(tmp_path / "resumed")] == [1, 2, 3, 4]
+  assert [r["outer_loss"] for r in _records(tmp_path / "resumed")] == [
+    r["outer_loss"] for r in _records(tmp_path / "straight")
+  ]
+  assert not np.array_equal(  # theta did move.
+    tf.nest.flatten(straight)[0], tf.nest.flatten(mlp_lopt.MLPLOpt().init(0))[0]
+  )
+
+
+def test_outputs_are_written(tmp_path):
+  _train(tmp_path, 2)
+  assert glob.glob(str(tmp_path / "events.out.tfevents.*"))
+  assert os.path.getsize(tmp_path / local.PLOT_FILENAME) > 1000
+  assert tf.train.latest_checkpoint(str(tmp_path / checkpoints.CHECKPOINT_DIRNAME)).endswith("-2")
+  record = _records(tmp_path)[-1]
+  for key in ("outer_loss", "rp_variance", "es_variance", "es_weight", "samples_per_second"):
+    assert np.isfinite(record[key])
+
+
+def test_a_checkpoint_of_another_experiment_is_refused(tmp_path):
+  _train(tmp_path, 1)
+  with pytest.raises(local.CheckpointError, match="another experiment"):
+    _train(tmp_path, 2, lopt=mlp_lopt.MLPLOpt(feature_set="original_code"))
+
+
+def test_a_damaged_checkpoint_is_refused_and_left_in_place(tmp_path):
+  _train(tmp_path, 1)
+  data_files = glob.glob(str(tmp_path / checkpoints.CHECKPOINT_DIRNAME / "*.data-*"))
+  with open(data_files[0], "r+b") as f:
+    f.truncate(16)
+  before = sorted(os.listdir(tmp_path / checkpoints.CHECKPOINT_DIRNAME))
+  with pytest.raises(local.CheckpointError, match="damaged"):
+    _train(tmp_path, 2)
+  assert sorted(os.listdir(tmp_path / checkpoints.CHECKPOINT_DIRNAME)) == before
+
+
+SMOKE = [
+  "GeneratedClassSource.num_classes = 20",
+  "GeneratedClassSource.train_images_per_class = 40",
+  "GeneratedClassSource.test_images_per_class = 10",
+  "paper_cnn.channels = 4",
+  "paper_cnn.strides = (2, 2)",
+  "ClassSubsetFamily.batch_size = 8",
+  "train_local.num_workers = 2",
+  "Chief.batch_size = 2",
+  "LinearCurriculum.min_length = 2",
+  "LinearCurriculum.max_length = 4",
+]
+
+
+@pytest.mark.integration
+def test_bin_train_local_main(tmp_path):
+  binary = testing_utils.load_binary("train_local")
+  argv = ["train_local", f"--train_dir={tmp_path}", "--num_outer_steps=2"]
+  argv += [f"--gin_file={os.path.join(testing_utils.REPO, 'gin/quickstart.gin')}"]
+  argv += [f"--gin_bindings={b}" for b in SMOKE]
+  flags.FLAGS.unparse_flags()
+  flags.FLAGS(argv)
+  binary.main(argv[:1])
+  assert [r["outer_step"] for r in _records(tmp_path)] == [1, 2]
+  assert "Chief.batch_size = 2" in open(tmp_path / "operative_config.gin").read()
+  assert os.path.exists(tmp_path / checkpoints.THETA_DIRNAME / checkpoints.THETA_INFO_FILENAME)
