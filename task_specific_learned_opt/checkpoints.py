@@ -3,7 +3,8 @@
 Two artifacts in a train dir:
   - CHECKPOINT_DIRNAME/: full outer-state checkpoints (theta, the outer optimizer's slots, the
     outer step, schedule and RNG state), written by tf.train.CheckpointManager, to resume from;
-  - THETA_DIRNAME/: theta alone, for evaluation and benchmarking.
+  - THETA_DIRNAME/: theta alone, for evaluation and benchmarking;
+  - OPERATIVE_CONFIG_FILENAME: the gin values the run used.
 
 A theta export is a tf.train.Checkpoint whose `theta` is the nest of meta-parameters, plus a
 JSON file naming the learned optimizer's gin config, so a reader can check it restores theta
@@ -13,6 +14,7 @@ into the same architecture (same shapes) it was trained with.
 import json
 import os
 
+import gin
 import tensorflow as tf
 
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
@@ -21,6 +23,16 @@ CHECKPOINT_DIRNAME = "checkpoints"
 THETA_DIRNAME = "theta"
 THETA_PREFIX = "theta"
 THETA_INFO_FILENAME = "theta_info.json"
+OPERATIVE_CONFIG_FILENAME = "operative_config.gin"
+
+
+def write_operative_config(directory: str) -> str:
+  """Writes gin's operative config (the values the run actually used) into `directory`."""
+  tf.io.gfile.makedirs(directory)
+  path = os.path.join(directory, OPERATIVE_CONFIG_FILENAME)
+  with tf.io.gfile.GFile(path, "w") as f:
+    f.write(gin.operative_config_str())
+  return path
 
 
 class ThetaMismatchError(ValueError):

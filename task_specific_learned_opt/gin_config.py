@@ -29,7 +29,6 @@ from task_specific_learned_opt.tasks import (  # noqa: F401
 )
 
 GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gin")
-OPERATIVE_CONFIG_FILENAME = "operative_config.gin"
 _search_path_added = False
 
 
@@ -78,15 +77,6 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> No
       "and parameter in --gin_file/--gin_bindings (names are the @gin.configurable classes and "
       "functions of task_specific_learned_opt)."
     ) from e
-
-
-def write_operative_config(directory: str) -> str:
-  """Writes gin's operative config (what the run actually used) into `directory`."""
-  tf.io.gfile.makedirs(directory)
-  path = os.path.join(directory, OPERATIVE_CONFIG_FILENAME)
-  with tf.io.gfile.GFile(path, "w") as f:
-    f.write(gin.operative_config_str())
-  return path
 
 
 @gin.configurable

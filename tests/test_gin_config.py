@@ -7,7 +7,7 @@ import gin
 import pytest
 import testing_utils
 
-from task_specific_learned_opt import gin_config
+from task_specific_learned_opt import checkpoints, gin_config
 
 GIN_FILES = sorted(
   glob.glob(os.path.join(testing_utils.REPO, "gin", "**", "*.gin"), recursive=True)
@@ -52,5 +52,5 @@ def test_operative_config_is_written(tmp_path):
 
   gin_config.parse([], ["Adam.learning_rate = 0.5"])
   adam.Adam()
-  path = gin_config.write_operative_config(str(tmp_path))
+  path = checkpoints.write_operative_config(str(tmp_path))
   assert "Adam.learning_rate = 0.5" in open(path).read()

@@ -102,6 +102,16 @@ class _Recorder:
     with open(self.path, "a") as f:
       f.write(json.dumps(stats) + "\n")
 
+  def forget_after(self, outer_step: int) -> None:
+    """Drops records of steps after `outer_step` (run after a kill, before the checkpoint)."""
+    if not os.path.exists(self.path):
+      return
+    with open(self.path) as f:
+      lines = [line for line in f if line.strip() and json.loads(line)["outer_step"] <= outer_step]
+    with open(self.path + ".tmp", "w") as f:
+      f.writelines(lines)
+    os.replace(self.path + ".tmp", self.path)
+
   def plot(self, title: str) -> None:
     if not os.path.exists(self.path):
       return
@@ -158,6 +168,7 @@ def train_local(
   transport = in_process.InProcessTransport()
   transport.publish_theta(chief.theta_numpy(), chief.step)
   recorder = _Recorder(train_dir)
+  recorder.forget_after(chief.step)
   title = f"{family.name}, {lopt.name}, {num_workers} workers, batch {chief.batch_size}"
 
   def save():
@@ -167,6 +178,7 @@ def train_local(
       chief.theta(),
       info={"outer_step": chief.step},
     )
+    checkpoints.write_operative_config(train_dir)
     recorder.plot(title)
     logging.info("Saved checkpoint and theta at outer step %d in %s.", chief.step, train_dir)
 

@@ -120,3 +120,76 @@ def test_bin_train_local_main(tmp_path):
   assert [r["outer_step"] for r in _records(tmp_path)] == [1, 2]
   assert "Chief.batch_size = 2" in open(tmp_path / "operative_config.gin").read()
   assert os.path.exists(tmp_path / checkpoints.THETA_DIRNAME / checkpoints.THETA_INFO_FILENAME)
+
+
+def _launch(train_dir, steps, extra=()):
+  import subprocess
+  import sys
+
+  args = [
+    sys.executable,
+    os.path.join(testing_utils.REPO, "bin", "train_local"),
+    f"--train_dir={train_dir}",
+    f"--num_outer_steps={steps}",
+    f"--gin_file={os.path.join(testing_utils.REPO, 'gin/quickstart.gin')}",
+    "--gin_bindings=train_local.checkpoint_every_secs = 0",  # A checkpoint after every step.
+    # The quickstart's machinery on quadratic tasks, which compile in a moment.
+    "--gin_bindings=train_local.family = @QuadraticFamily()",
+    "--gin_bindings=QuadraticFamily.dim = 4",
+    "--gin_bindings=train_local.num_workers = 2",
+    "--gin_bindings=Chief.batch_size = 2",
+    *extra,
+  ]
+  return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _wait_for_steps(train_dir, steps, process, timeout=240):
+  import time
+
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    path = os.path.join(str(train_dir), local.PROGRESS_FILENAME)
+    if os.path.exists(path) and len(_records(train_dir)) >= steps:
+      return
+    assert process.poll() is None, process.stdout.read().decode()[-2000:]
+    time.sleep(0.2)
+  process.kill()
+  raise AssertionError("train_local made no progress in time")
+
+
+@pytest.mark.integration
+def test_sigkill_then_restart_resumes_from_the_checkpoint(tmp_path):
+  import signal
+
+  straight = _launch(tmp_path / "straight", 5)
+  assert straight.wait(timeout=300) == 0
+  killed = _launch(tmp_path / "killed", 5)
+  _wait_for_steps(tmp_path / "killed", 2, killed)
+  killed.send_signal(signal.SIGKILL)
+  killed.wait(timeout=30)
+  restarted = _launch(tmp_path / "killed", 5)
+  assert restarted.wait(timeout=300) == 0
+  output = restarted.stdout.read().decode()
+  assert "Resumed from" in output
+  assert [r["outer_step"] for r in _records(tmp_path / "killed")] == [1, 2, 3, 4, 5]
+  for a, b in zip(
+    tf.nest.flatten(_theta(tmp_path / "straight")),
+    tf.nest.flatten(_theta(tmp_path / "killed")),
+    strict=True,
+  ):
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.integration
+def test_sigterm_saves_a_checkpoint_before_exit(tmp_path):
+  import signal
+
+  process = _launch(tmp_path, 1000)
+  _wait_for_steps(tmp_path, 2, process)
+  process.send_signal(signal.SIGTERM)
+  assert process.wait(timeout=120) != 0  # Interrupted, not finished...
+  output = process.stdout.read().decode()
+  assert "interrupted (state saved)" in output
+  last_step = _records(tmp_path)[-1]["outer_step"]
+  latest = tf.train.latest_checkpoint(str(tmp_path / checkpoints.CHECKPOINT_DIRNAME))
+  assert latest.endswith(f"-{last_step}")  # ...and the last finished step is saved.
