@@ -27,7 +27,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_multi_integer("num_steps", [1000], "Truncation lengths K to measure.")
 flags.DEFINE_list("modes", ["plain", "sample"], "Which of plain, sample, sample_norecompute.")
 flags.DEFINE_integer("inter_op_threads", 2, "TensorFlow inter-op threads.")
-flags.DEFINE_float("segment_scale", 0.2, "Recomputed segments are ceil(scale * sqrt(K)) steps.")
+flags.DEFINE_float("segment_scale", 0.2, "segment_lengths_for.scale.")
+flags.DEFINE_integer("levels", 2, "segment_lengths_for.levels: levels of recomputation.")
 flags.DEFINE_string("output", None, "Optional JSON file for the results.")
 flags.DEFINE_string("child", None, "Internal: run one measurement MODE:K in this process.")
 
@@ -41,7 +42,9 @@ def _current_rss_mib() -> float:
     return int(f.read().split()[1]) * resource.getpagesize() / 2**20
 
 
-def measure(mode: str, num_steps: int, inter_op_threads: int, segment_scale: float) -> dict:
+def measure(
+  mode: str, num_steps: int, inter_op_threads: int, segment_scale: float, levels: int
+) -> dict:
   """Runs one measurement in this process and returns its numbers."""
   import tensorflow as tf
 
@@ -51,7 +54,8 @@ def measure(mode: str, num_steps: int, inter_op_threads: int, segment_scale: flo
   from task_specific_learned_opt.outer import truncated_unroll
   from task_specific_learned_opt.tasks import families, generated
 
-  gin.bind_parameter("segment_length_for.scale", segment_scale)
+  gin.bind_parameter("segment_lengths_for.scale", segment_scale)
+  gin.bind_parameter("segment_lengths_for.levels", levels)
 
   task = families.ClassSubsetFamily(source=generated.GeneratedClassSource()).sample(0)
   lopt = mlp_lopt.MLPLOpt()
@@ -83,7 +87,7 @@ def measure(mode: str, num_steps: int, inter_op_threads: int, segment_scale: flo
   return {
     "mode": mode,
     "num_steps": num_steps,
-    "segment_length": truncated_unroll.default_segment_length(num_steps, segment_scale)
+    "segment_lengths": truncated_unroll.segment_lengths_for(num_steps).numpy().tolist()
     if mode == "sample"
     else None,
     "seconds": seconds,
@@ -98,7 +102,9 @@ def main(argv):
   del argv
   if FLAGS.child:
     mode, k = FLAGS.child.split(":")
-    print(json.dumps(measure(mode, int(k), FLAGS.inter_op_threads, FLAGS.segment_scale)))
+    print(
+      json.dumps(measure(mode, int(k), FLAGS.inter_op_threads, FLAGS.segment_scale, FLAGS.levels))
+    )
     return
   results = []
   for k in FLAGS.num_steps:
@@ -118,7 +124,8 @@ def main(argv):
       result = json.loads(out.stdout.strip().splitlines()[-1])
       results.append(result)
       print(
-        f"K={k:6d} {mode:20s} {result['seconds_per_step'] * 1e3:8.2f} ms/step  "
+        f"K={k:6d} {mode:10s} {str(result['segment_lengths'] or ''):12s} "
+        f"{result['seconds_per_step'] * 1e3:8.2f} ms/step  "
         f"peak RSS {result['peak_rss_mib']:7.0f} MiB (+{result['peak_over_resting_mib']:.0f} "
         "over resting)",
         flush=True,

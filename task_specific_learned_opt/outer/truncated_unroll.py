@@ -12,17 +12,16 @@ Then
   g_es = (L+ - L-) / 2 * e / sigma^2 (antithetic ES)
 and the + unroll's end state is the state the next truncation starts from.
 
-Memory. Backpropagating through K steps stores every step (~25 MB per step for the paper's CNN
-at batch 128, both unrolls). With `recompute=True` the unroll is cut into segments of
-S = ceil(0.2 sqrt(K)) steps (gin: segment_length_for.scale): the forward pass keeps only the
-inner states at segment starts, and the backward pass reruns each segment under a
-tf.custom_gradient to backpropagate through it, so memory grows like sqrt(K), for about one extra
-forward pass. Everything a segment reads (theta, the states, the task's data, seeds) is passed in
+Memory. Backpropagating through K steps stores every step (~113 MB per step for the paper's
+CNN at batch 128, both unrolls, second-order terms included). With `recompute=True` the unroll
+runs as a loop of chunks whose backward pass reruns them (a tf.custom_gradient); with two levels
+(the default) each chunk reruns as a loop of smaller recomputed chunks, so the backward pass
+holds ~2 K^(1/3) stored states and a few steps' activations (segment_lengths_for), for two extra
+forward passes. Everything a chunk reads (theta, the states, the task's data, seeds) is passed in
 as tensors, never captured, and the while loops run with parallel_iterations=2, which bounds how
 far iterations run ahead of each other (and so the memory they hold).
 """
 
-import math
 from typing import NamedTuple
 
 import gin
@@ -37,6 +36,7 @@ from task_specific_learned_opt.tasks import base as task_base
 
 OBJECTIVES = ("train", "valid")
 SEGMENT_SCALE = 0.2
+LEVELS = 2
 _PARALLEL_ITERATIONS = 2
 
 
@@ -75,6 +75,7 @@ class _SegmentInputs(NamedTuple):
   first_term_step: tf.Tensor  # L_train counts a step's pre-update loss from this step on.
   start: tf.Tensor
   length: tf.Tensor
+  chunks: tf.Tensor  # int32 [levels]: steps per recomputed chunk at each level.
 
 
 def _pair_segment(task, lopt, objective, theta_pair, states, inputs: _SegmentInputs):
@@ -170,15 +171,63 @@ def _recomputed(segment_fn, output_structure, differentiable, constants):
 
 
 @gin.configurable
-def segment_length_for(num_steps, scale: float = SEGMENT_SCALE) -> tf.Tensor:
-  """ceil(scale * sqrt(K)) steps per recomputed segment.
+def segment_lengths_for(num_steps, scale: float = SEGMENT_SCALE, levels: int = LEVELS) -> tf.Tensor:
+  """Steps per recomputed chunk at each of `levels` levels of recomputation: int32 [levels].
 
-  Memory is (K / S) stored states plus S steps of activations during a segment's rerun; the sum
-  is smallest at S = sqrt(K * state / activations). For the paper's CNN at batch 128 a step's
-  activations (~25 MB, both unrolls) are ~25x a stored state pair (~1 MB), hence scale 0.2.
+  The innermost chunks are S_L = ceil(scale * K^(1 / (levels + 1))) steps and each level's chunk
+  is r = (K / S_L)^(1 / levels) of the next one's, so every level stores about r states. Memory
+  is ~ levels * r stored states plus S_L steps being rerun: O(sqrt(K)) for one level,
+  O(K^(1/3)) for two, each level costing one more forward pass.
+
+  Measured for the paper's CNN at batch 128 (both unrolls): a stored state costs ~3 MB, a step
+  being rerun ~113 MB, hence a small scale. One level peaks at 4.6 GB at K = 10,000 whatever
+  the scale; two levels stay far below (README).
   """
   k = tf.cast(num_steps, tf.float32)
-  return tf.maximum(tf.cast(tf.math.ceil(scale * tf.sqrt(k)), tf.int32), 1)
+  innermost = tf.maximum(tf.math.ceil(scale * k ** (1.0 / (levels + 1))), 1.0)
+  ratio = tf.maximum(k / innermost, 1.0) ** (1.0 / levels)
+  lengths = [tf.math.ceil(innermost * ratio ** (levels - level)) for level in range(1, levels + 1)]
+  return tf.cast(tf.stack(lengths), tf.int32)
+
+
+def _run_range(task, lopt, objective, output_structure, theta_pair, states, inputs, level):
+  """Steps [start, start + length) of both unrolls, as a loop of recomputed chunks.
+
+  At the last level the steps run plainly (_pair_segment); above it, each chunk of
+  inputs.chunks[level] steps is a _recomputed call of the next level, so the backward pass of a
+  chunk reruns it, itself in recomputed sub-chunks.
+  """
+  if level == inputs.chunks.shape[0]:
+    return _pair_segment(task, lopt, objective, theta_pair, states, inputs)
+  end = inputs.start + inputs.length
+
+  def run_chunk(theta_pair, states, chunk_inputs):
+    return _run_range(
+      task, lopt, objective, output_structure, theta_pair, states, chunk_inputs, level + 1
+    )
+
+  def body(position, states, sum_plus, sum_minus):
+    chunk_inputs = inputs._replace(
+      start=position, length=tf.minimum(inputs.chunks[level], end - position)
+    )
+    state_plus, state_minus, chunk_plus, chunk_minus = _recomputed(
+      run_chunk, output_structure, (theta_pair, states), chunk_inputs
+    )
+    return (
+      position + chunk_inputs.length,
+      (state_plus, state_minus),
+      sum_plus + chunk_plus,
+      sum_minus + chunk_minus,
+    )
+
+  zero = tf.constant(0.0)
+  _, (state_plus, state_minus), sum_plus, sum_minus = tf.while_loop(
+    lambda position, *_: position < end,
+    body,
+    (inputs.start, states, zero, zero),
+    parallel_iterations=_PARALLEL_ITERATIONS,
+  )
+  return state_plus, state_minus, sum_plus, sum_minus
 
 
 def antithetic_losses(
@@ -191,7 +240,7 @@ def antithetic_losses(
   data_seed: seeds_lib.SeedLike,
   objective: str = "train",
   recompute: bool = True,
-  segment_length=None,
+  segment_lengths=None,
 ):
   """L+ and L- of one truncation of `num_steps` steps from `state`, and the + end state.
 
@@ -206,9 +255,10 @@ def antithetic_losses(
     num_steps: K >= 1, int or int32 tensor.
     data_seed: the inner run's data seed (see data_seeds).
     objective: "train" (L_train) or "valid" (L_valid).
-    recompute: segment-wise recomputation in the backward pass (memory ~ sqrt(K)); False
-      stores every step (plain backpropagation).
-    segment_length: steps per segment; segment_length_for(K) by default.
+    recompute: recompute chunks of the unroll in the backward pass instead of storing every
+      step; False is plain backpropagation.
+    segment_lengths: int32 [levels], steps per recomputed chunk at each level;
+      segment_lengths_for(K) by default.
 
   Returns:
     (loss_plus, loss_minus, end_state_plus).
@@ -218,43 +268,20 @@ def antithetic_losses(
   train_seed, valid_seed = data_seeds(data_seed)
   num_steps = tf.convert_to_tensor(num_steps, tf.int32)
   first_step = tf.convert_to_tensor(state.iteration, tf.int32)
-  if segment_length is None:
-    segment_length = segment_length_for(num_steps) if recompute else num_steps
-  segment_length = tf.convert_to_tensor(segment_length, tf.int32)
-
-  def segment_fn(theta_pair, states, inputs):
-    return _pair_segment(task, lopt, objective, theta_pair, states, inputs)
-
+  if segment_lengths is None:
+    segment_lengths = segment_lengths_for(num_steps)
+  inputs = _SegmentInputs(
+    task_data=task.data,
+    train_seed=train_seed,
+    valid_seed=valid_seed,
+    first_term_step=first_step + 1,
+    start=first_step,
+    length=num_steps,
+    chunks=tf.convert_to_tensor(segment_lengths if recompute else [], tf.int32),
+  )
   output_structure = (state, state, tf.constant(0.0), tf.constant(0.0))
-
-  def body(start, states, sum_plus, sum_minus):
-    inputs = _SegmentInputs(
-      task_data=task.data,
-      train_seed=train_seed,
-      valid_seed=valid_seed,
-      first_term_step=first_step + 1,
-      start=start,
-      length=tf.minimum(segment_length, first_step + num_steps - start),
-    )
-    theta_pair = (theta_plus, theta_minus)
-    if recompute:
-      outputs = _recomputed(segment_fn, output_structure, (theta_pair, states), inputs)
-    else:
-      outputs = segment_fn(theta_pair, states, inputs)
-    state_plus, state_minus, seg_plus, seg_minus = outputs
-    return (
-      start + inputs.length,
-      (state_plus, state_minus),
-      sum_plus + seg_plus,
-      sum_minus + seg_minus,
-    )
-
-  zero = tf.constant(0.0)
-  _, (end_plus, end_minus), sum_plus, sum_minus = tf.while_loop(
-    lambda start, *_: start < first_step + num_steps,
-    body,
-    (first_step, (state, state), zero, zero),
-    parallel_iterations=_PARALLEL_ITERATIONS,
+  end_plus, end_minus, sum_plus, sum_minus = _run_range(
+    task, lopt, objective, output_structure, (theta_plus, theta_minus), (state, state), inputs, 0
   )
   if objective == "train":
     # The K-th post-update state's loss, on the batch the next truncation starts with.
@@ -293,8 +320,3 @@ def truncation_sample(
   g_es = estimators.es_gradient(loss_plus, loss_minus, e, sigma)
   end_state = tf.nest.map_structure(tf.stop_gradient, end_state)
   return TruncationSample(g_rp, g_es, loss_plus, loss_minus, end_state)
-
-
-def default_segment_length(num_steps: int, scale: float = SEGMENT_SCALE) -> int:
-  """segment_length_for in Python, for reporting."""
-  return max(1, math.ceil(scale * math.sqrt(num_steps)))

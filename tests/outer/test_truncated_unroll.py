@@ -2,6 +2,7 @@
 
 from typing import NamedTuple
 
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -83,19 +84,30 @@ def test_recomputed_and_plain_backprop_give_the_same_g_rp(objective):
   state = lopt.opt_fn(theta).init(task.init_params(0))
   args = (theta, state, tf.constant(9), [5, 6], [7, 8])
   plain = _sample_fn(task, lopt, objective, recompute=False)(*args)
-  recomputed = _sample_fn(task, lopt, objective, recompute=True)(*args)  # Segments of 1 step.
+  # K = 9: two levels by default (chunks of 3 steps rerun as chunks of 1), and one level.
+  assert truncated_unroll.segment_lengths_for(9).numpy().tolist() == [3, 1]
+  two_levels = _sample_fn(task, lopt, objective, recompute=True)(*args)
+  gin.bind_parameter("segment_lengths_for.levels", 1)
+  gin.bind_parameter("segment_lengths_for.scale", 0.7)  # Chunks of ceil(0.7 * 3) = 3 steps.
+  one_level = _sample_fn(task, lopt, objective, recompute=True)(*args)
   assert float(tf.linalg.global_norm(tf.nest.flatten(plain.g_rp))) > 0
   # Float32 sums in another order differ by ~1e-4 of a leaf's scale; a wrong gradient differs by
   # its whole size.
-  for a, b in zip(tf.nest.flatten(plain), tf.nest.flatten(recomputed), strict=True):
-    scale = float(np.max(np.abs(a.numpy()))) + 1e-12
-    np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=2e-3 * scale)
+  for recomputed in (two_levels, one_level):
+    for a, b in zip(tf.nest.flatten(plain), tf.nest.flatten(recomputed), strict=True):
+      scale = float(np.max(np.abs(a.numpy()))) + 1e-12
+      np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=2e-3 * scale)
 
 
 def test_segment_length_and_retracing():
-  assert int(truncated_unroll.segment_length_for(10000)) == 20
-  assert int(truncated_unroll.segment_length_for(9)) == 1
-  assert int(truncated_unroll.segment_length_for(9, scale=1.0)) == 3
+  lengths = truncated_unroll.segment_lengths_for
+  # One level: ceil(0.2 sqrt(K)).
+  assert lengths(10000, levels=1).numpy().tolist() == [20]
+  assert lengths(9, levels=1).numpy().tolist() == [1]
+  assert lengths(9, scale=1.0, levels=1).numpy().tolist() == [3]
+  # Two levels: innermost ceil(0.2 * 10000^(1/3)) = ceil(4.31) = 5; then 5 * sqrt(10000 / 5)
+  # = 223.6 -> 224: 45 chunks of 224 steps, each rerun as 45 chunks of 5.
+  assert lengths(10000).numpy().tolist() == [224, 5]
   task = quadratic.QuadraticTask(dim=4)
   lopt = mlp_lopt.MLPLOpt()
   run = _sample_fn(task, lopt)
