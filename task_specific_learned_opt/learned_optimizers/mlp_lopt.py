@@ -13,16 +13,33 @@ Weights are truncated normal with stddev 1/sqrt(fan_in), biases zero.
 feature_set="original_code" gives the authors' code's 22 normalised columns + 9 time features
 (1090 meta-parameters); use_momentum / use_time drop features for the ablations of Sec. 4.5.
 
+Two implementations of this one update rule (App. I: the update should cost little next to the
+gradient). `reference_opt_fn` writes the steps above out per tensor. `opt_fn`, used everywhere,
+computes the same function with three small matmuls and one ReLU per tensor. With n elements and
+the momenta stored decay-major ([num_decays, *shape]), every row below is a contiguous [n] vector:
+  Z = [g; w; 1; m_old]                       the inputs, one concat              [k, n], k = 3 + D
+  Y = B Z = [g; w; 1; m_new]                 the momentum update as one matmul
+  X = C Y                                    the feature columns (never materialised)
+  s = rsqrt(C^2 mean(Y^2) + eps)             the per-column normalisers (one non-zero per row of C)
+  hidden = relu(A Y),  A = [W_0^T, b_t] diag(s, 1) [C; e_1]    (b_t = b + W_time^T time(t); e_1
+                                                                 picks the ones row of Y)
+  step = o_dir * exp(o_mag),  [o_dir; o_mag] = diag(lambda_lin, lambda_exp) (W_1^T hidden + b_1)
+The normalisation, the feature map and the time features fold into the [hidden, k] matrix A per
+tensor (x_c s_c W_0[c] = x_c (s_c W_0[c])), and the output bias rides on an extra hidden unit that
+is always relu(1) = 1. For the paper's features and the ablations C only selects rows of Y, so A is
+[W_0^T, b_t] with its columns scaled and permuted, and the hidden layer reads only the rows it uses.
+
 Note: the time features are the same for every element of every tensor, so their contribution to
-the hidden layer, time_features @ W_time, is computed once per step and added as a bias. This is
-the same function as the MLP on the concatenated 16 columns (the tests check it against a numpy
-forward pass of the concatenation).
+the hidden layer is computed once per step and added as a bias. Both implementations compute the
+same function as the MLP on the concatenated 16 columns (the tests check the reference against a
+numpy forward pass of the concatenation, and the two implementations against each other).
 """
 
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import gin
+import numpy as np
 import tensorflow as tf
 
 from task_specific_learned_opt import seeds as seeds_lib
@@ -30,12 +47,23 @@ from task_specific_learned_opt.learned_optimizers import base, features
 from task_specific_learned_opt.optimizers import base as opt_base
 
 FEATURE_SETS = ("paper", "original_code")
+IMPLEMENTATIONS = ("fast", "reference")
 STEP_SCALE = 1e-3  # lambda_lin and lambda_exp, App. D.1.
+# Rows of Z and Y in the fast update: g, w, a row of ones, then the momenta.
+ONES_ROW = 2
+MOMENTA_ROW = 3
 
 
 class MLPLOptState(NamedTuple):
+  """The inner state: parameters, their momenta and the step count.
+
+  The momenta of a parameter are stored decay-major, [num_decays, *param.shape], so that each
+  decay's momenta are one contiguous row of the fast update's Z (a [*shape, num_decays] layout
+  would need a transpose each way, measured at a quarter of the update's time).
+  """
+
   params: opt_base.Params
-  momenta: opt_base.Params  # Each [*param.shape, num_decays].
+  momenta: opt_base.Params  # Each [num_decays, *param.shape].
   iteration: tf.Tensor  # int32 scalar: inner steps taken.
 
 
@@ -49,8 +77,66 @@ def mlp_hidden(x: tf.Tensor, hidden: dict, time_bias: tf.Tensor | None) -> tf.Te
   return tf.nn.relu(pre)
 
 
-class _MLPLOptOptimizer(opt_base.Optimizer):
-  """The inner Optimizer for one theta."""
+def feature_maps(lopt: "MLPLOpt") -> tuple[np.ndarray, np.ndarray]:
+  """The constant matrices of the fast update: Y = B Z and X = C Y (see the module docstring).
+
+  Z = [g; w; 1; m_old] and Y = [g; w; 1; m_new] have k = 3 + num_decays rows; C has one row per
+  normalised feature column of `lopt.columns`, in its order, with at most one non-zero per row.
+
+  Returns:
+    (B [k, k], C [num_normalized_inputs, k]), float32.
+  """
+  num_decays = len(lopt.decays)
+  k = 3 + num_decays
+  b = np.eye(k, dtype=np.float32)
+  for j, decay in enumerate(np.float32(lopt.decays)):
+    b[MOMENTA_ROW + j, MOMENTA_ROW + j] = decay
+    b[MOMENTA_ROW + j, 0] = np.float32(1.0) - decay  # Rounds as (1 - d) does in update_momenta.
+
+  def row(index: int | None, value: float = 1.0) -> np.ndarray:
+    r = np.zeros(k, np.float32)
+    if index is not None:
+      r[index] = value
+    return r
+
+  momenta = [row(MOMENTA_ROW + j) for j in range(num_decays)]
+  if lopt.feature_set == "original_code":
+    scale = features.ORIGINAL_CODE_MOMENTUM_SCALE
+    rms_feature = np.float32(1.0) / np.sqrt(np.float32(features.ORIGINAL_CODE_RMS_EPSILON))
+    rows = (
+      [row(0)]
+      + [row(MOMENTA_ROW + j, scale) for j in range(num_decays)]
+      + [row(1)]
+      + momenta
+      + [row(None)] * num_decays  # rms accumulators that stay 0.
+      + [row(ONES_ROW, rms_feature)] * num_decays  # rsqrt(0 + 1e-6): a constant column.
+    )
+  else:
+    rows = [row(0), row(1)] + (momenta if lopt.use_momentum else [])
+  return b, np.stack(rows)
+
+
+def _num_elements(x: tf.Tensor):
+  n = x.shape.num_elements()
+  return n if n is not None else tf.size(x)
+
+
+def _shape(x: tf.Tensor):
+  return x.shape if x.shape.is_fully_defined() else tf.shape(x)
+
+
+def _decays_last(momenta: tf.Tensor) -> tf.Tensor:
+  rank = momenta.shape.rank
+  return tf.transpose(momenta, list(range(1, rank)) + [0])
+
+
+def _decays_first(momenta: tf.Tensor) -> tf.Tensor:
+  rank = momenta.shape.rank
+  return tf.transpose(momenta, [rank - 1] + list(range(rank - 1)))
+
+
+class _Optimizer(opt_base.Optimizer):
+  """What both implementations share: theta, the state and the per-step time bias."""
 
   name = "mlp_lopt"
 
@@ -63,42 +149,148 @@ class _MLPLOptOptimizer(opt_base.Optimizer):
     return MLPLOptState(
       params=params,
       momenta=tf.nest.map_structure(
-        lambda p: tf.zeros(tf.concat([tf.shape(p), [num_decays]], 0), tf.float32), params
+        lambda p: tf.zeros(tf.concat([[num_decays], tf.shape(p)], 0), tf.float32), params
       ),
       iteration=tf.constant(0, tf.int32),
     )
+
+  def _time_bias(self, iteration: tf.Tensor) -> tf.Tensor | None:
+    """time_features(t) @ W_time: the time features' share of the hidden pre-activation."""
+    if not self.lopt.use_time:
+      return None
+    time = features.time_features(iteration, self.lopt.time_scales)
+    w_time = self.theta["hidden"]["w"][-len(self.lopt.time_scales) :]
+    return tf.linalg.matvec(w_time, time, transpose_a=True)
+
+  def _apply(self, state: MLPLOptState, grads: opt_base.Params, update_tensor) -> MLPLOptState:
+    new = [
+      update_tensor(p, g, m)
+      for p, g, m in zip(
+        tf.nest.flatten(state.params),
+        tf.nest.flatten(grads),
+        tf.nest.flatten(state.momenta),
+        strict=True,
+      )
+    ]
+    return MLPLOptState(
+      params=tf.nest.pack_sequence_as(state.params, [p for p, _ in new]),
+      momenta=tf.nest.pack_sequence_as(state.momenta, [m for _, m in new]),
+      iteration=state.iteration + 1,
+    )
+
+
+class _ReferenceMLPLOptOptimizer(_Optimizer):
+  """The update written out per tensor, as in the paper: the specification of `opt_fn`."""
 
   def update(
     self, state: MLPLOptState, grads: opt_base.Params, loss: tf.Tensor | None = None
   ) -> MLPLOptState:
     del loss  # The paper's optimizer does not see the loss.
     lopt, theta = self.lopt, self.theta
-    time_bias = None
-    if lopt.use_time:
-      time = features.time_features(state.iteration, lopt.time_scales)
-      time_bias = tf.linalg.matvec(theta["hidden"]["w"][-len(lopt.time_scales) :], time, True)
+    time_bias = self._time_bias(state.iteration)
 
-    def update_one(param, grad, momenta):
-      momenta = features.update_momenta(momenta, grad, lopt.decays)
+    def update_tensor(param, grad, momenta):
+      momenta = features.update_momenta(_decays_last(momenta), grad, lopt.decays)
       columns = lopt.columns(grad, param, momenta)
       normalized = features.second_moment_normalize(columns, lopt.normalizer_epsilon)
       hidden = mlp_hidden(normalized, theta["hidden"], time_bias)
       out = tf.matmul(hidden, theta["output"]["w"]) + theta["output"]["b"]
       step = lopt.step_scale_lin * out[:, 0] * tf.exp(lopt.step_scale_exp * out[:, 1])
-      return param - tf.reshape(step, tf.shape(param)), momenta
+      return param - tf.reshape(step, tf.shape(param)), _decays_first(momenta)
 
-    flat_params = tf.nest.flatten(state.params)
-    flat = [
-      update_one(p, g, m)
-      for p, g, m in zip(
-        flat_params, tf.nest.flatten(grads), tf.nest.flatten(state.momenta), strict=True
-      )
-    ]
-    return MLPLOptState(
-      params=tf.nest.pack_sequence_as(state.params, [p for p, _ in flat]),
-      momenta=tf.nest.pack_sequence_as(state.momenta, [m for _, m in flat]),
-      iteration=state.iteration + 1,
+    return self._apply(state, grads, update_tensor)
+
+
+class _StepWeights(NamedTuple):
+  """What every tensor's fast update shares within one step."""
+
+  w0: tf.Tensor  # [hidden + 1, columns + 1]: [[W_0^T, b_t], [0, 1]] (the last unit is always on).
+  w1: tf.Tensor  # [2, hidden + 1]: diag(lambda_lin, lambda_exp) [W_1^T, b_1].
+  b: tf.Tensor  # [k, k]: Y = B Z.
+  c: tf.Tensor | None  # [columns + 1, k]: [C; e_1]; None when it only selects rows of Y.
+  c_squared: tf.Tensor | None  # c ** 2 (elementwise).
+  epsilon: tf.Tensor  # [columns + 1]: the normaliser's epsilon, 0 for the bias column.
+
+
+class _MLPLOptOptimizer(_Optimizer):
+  """The same update with the normalisation and features folded into one matrix per tensor."""
+
+  def __init__(self, lopt: "MLPLOpt", theta: base.Theta):
+    super().__init__(lopt, theta)
+    b, c = feature_maps(lopt)
+    c = np.concatenate([c, np.eye(1, c.shape[1], ONES_ROW, np.float32)])  # The bias column.
+    # numpy, not tensors: opt_fn and update may run in different graphs.
+    self._b, self._c = b, c
+    # When column j of [X, 1] is row rows[j] of Y and those rows are Y's first ones, A is w0 with
+    # its columns permuted, and the hidden layer needs only those rows.
+    rows = np.argmax(c, axis=1)
+    selects = np.array_equal(c, np.eye(c.shape[1], dtype=np.float32)[rows])
+    self._permutation = None
+    if selects and sorted(rows) == list(range(len(rows))):
+      self._permutation = np.argsort(rows)
+
+  def _step_weights(self, iteration: tf.Tensor) -> _StepWeights:
+    """The parts of A and the output layer that are the same for every tensor."""
+    lopt, theta = self.lopt, self.theta
+    num_columns = self._c.shape[0] - 1
+    bias = theta["hidden"]["b"]
+    time_bias = self._time_bias(iteration)
+    if time_bias is not None:
+      bias += time_bias
+    w0 = tf.concat([tf.transpose(theta["hidden"]["w"][:num_columns]), bias[:, None]], 1)
+    w0 = tf.concat([w0, tf.one_hot([num_columns], num_columns + 1)], 0)
+    output = tf.concat([tf.transpose(theta["output"]["w"]), theta["output"]["b"][:, None]], 1)
+    scale = tf.constant([[lopt.step_scale_lin], [lopt.step_scale_exp]], tf.float32)
+    epsilon = np.full([num_columns + 1], lopt.normalizer_epsilon, np.float32)
+    epsilon[-1] = 0.0  # rsqrt(mean(1^2) + 0) = 1 exactly: the bias column is not rescaled.
+    c = c_squared = None
+    if self._permutation is None:
+      c, c_squared = tf.constant(self._c), tf.constant(self._c * self._c)
+    else:
+      w0 = tf.gather(w0, self._permutation, axis=1)
+      epsilon = epsilon[self._permutation]
+    return _StepWeights(
+      w0=w0,
+      w1=scale * output,
+      b=tf.constant(self._b),
+      c=c,
+      c_squared=c_squared,
+      epsilon=tf.constant(epsilon),
     )
+
+  def _update_tensor(self, weights: _StepWeights, param, grad, momenta) -> tuple:
+    n = _num_elements(param)
+    num_decays = len(self.lopt.decays)
+    z = tf.concat(
+      [
+        tf.reshape(grad, [1, n]),
+        tf.reshape(param, [1, n]),
+        tf.ones([1, n]),
+        tf.reshape(momenta, [num_decays, n]),
+      ],
+      axis=0,
+    )
+    y = tf.matmul(weights.b, z)
+    used = y if weights.c is not None else y[: weights.w0.shape[1]]
+    # The diagonal of the Gram matrix: one efficient matmul instead of a square and a reduction.
+    mean_squares = tf.linalg.diag_part(tf.matmul(used, used, transpose_b=True))
+    mean_squares /= tf.cast(n, tf.float32)
+    if weights.c is None:
+      a = weights.w0 * tf.math.rsqrt(mean_squares + weights.epsilon)
+    else:
+      scale = tf.math.rsqrt(tf.linalg.matvec(weights.c_squared, mean_squares) + weights.epsilon)
+      a = tf.matmul(weights.w0 * scale, weights.c)
+    hidden = tf.nn.relu(tf.matmul(a, used))
+    o_dir, o_mag = tf.unstack(tf.matmul(weights.w1, hidden))
+    step = tf.reshape(o_dir * tf.exp(o_mag), _shape(param))
+    return param - step, tf.reshape(y[MOMENTA_ROW:], _shape(momenta))
+
+  def update(
+    self, state: MLPLOptState, grads: opt_base.Params, loss: tf.Tensor | None = None
+  ) -> MLPLOptState:
+    del loss  # The paper's optimizer does not see the loss.
+    weights = self._step_weights(state.iteration)
+    return self._apply(state, grads, lambda p, g, m: self._update_tensor(weights, p, g, m))
 
 
 @gin.configurable
@@ -118,6 +310,7 @@ class MLPLOpt(base.LearnedOptimizer):
     step_scale_lin: float = STEP_SCALE,
     step_scale_exp: float = STEP_SCALE,
     normalizer_epsilon: float = features.NORMALIZER_EPSILON,
+    implementation: str = "fast",
   ):
     """Makes the learned optimizer.
 
@@ -131,12 +324,19 @@ class MLPLOpt(base.LearnedOptimizer):
       step_scale_lin: lambda_lin in w - lambda_lin * o_dir * exp(lambda_exp * o_mag).
       step_scale_exp: lambda_exp.
       normalizer_epsilon: epsilon of the second-moment normaliser (1e-5).
+      implementation: what `opt_fn` returns: "fast" (the folded update) or "reference" (the
+        same update written out per tensor, to time or check against; see the module docstring).
 
     Raises:
-      ValueError: an unknown feature set, or an ablation of the original-code feature set.
+      ValueError: an unknown feature set or implementation, or an ablation of the original-code
+        feature set.
     """
     if feature_set not in FEATURE_SETS:
       raise ValueError(f"Unknown feature_set {feature_set!r}; expected one of {FEATURE_SETS}.")
+    if implementation not in IMPLEMENTATIONS:
+      raise ValueError(
+        f"Unknown implementation {implementation!r}; expected one of {IMPLEMENTATIONS}."
+      )
     if feature_set == "original_code" and not use_momentum:
       raise ValueError("use_momentum=False is an ablation of feature_set='paper' only.")
     self.hidden_size = int(hidden_size)
@@ -148,6 +348,7 @@ class MLPLOpt(base.LearnedOptimizer):
     self.step_scale_lin = float(step_scale_lin)
     self.step_scale_exp = float(step_scale_exp)
     self.normalizer_epsilon = float(normalizer_epsilon)
+    self.implementation = implementation
 
   @property
   def num_normalized_inputs(self) -> int:
@@ -160,7 +361,13 @@ class MLPLOpt(base.LearnedOptimizer):
     return self.num_normalized_inputs + len(self.time_scales)
 
   def columns(self, grad: tf.Tensor, param: tf.Tensor, momenta: tf.Tensor) -> tf.Tensor:
-    """The feature columns of one tensor, before normalisation: [*param.shape, columns]."""
+    """The feature columns of one tensor, before normalisation: [*param.shape, columns].
+
+    Args:
+      grad: the tensor's gradient.
+      param: the tensor.
+      momenta: its updated momenta, [*param.shape, num_decays].
+    """
     if self.feature_set == "original_code":
       return features.original_code_columns(grad, param, momenta)
     return features.paper_columns(grad, param, momenta, self.use_momentum)
@@ -184,7 +391,17 @@ class MLPLOpt(base.LearnedOptimizer):
     }
 
   def opt_fn(self, theta: base.Theta) -> opt_base.Optimizer:
+    """The inner Optimizer for `theta` (the fast implementation unless configured otherwise)."""
+    if self.implementation == "reference":
+      return self.reference_opt_fn(theta)
     return _MLPLOptOptimizer(self, theta)
+
+  def reference_opt_fn(self, theta: base.Theta) -> opt_base.Optimizer:
+    """The same Optimizer written out per tensor as in App. D.1 (slower; tests compare them).
+
+    Its state is interchangeable with that of `opt_fn(theta)`.
+    """
+    return _ReferenceMLPLOptOptimizer(self, theta)
 
 
 def num_meta_parameters(theta: base.Theta) -> int:

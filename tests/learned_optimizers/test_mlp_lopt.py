@@ -115,7 +115,9 @@ def test_two_full_steps_against_numpy(kwargs, feature_set, use_time, time_scales
     for key in PARAMS:
       actual_params = state.params[key].numpy()
       np.testing.assert_allclose(actual_params, params[key], rtol=1e-6, atol=1e-6)
-      np.testing.assert_allclose(state.momenta[key].numpy(), momenta[key], rtol=1e-6, atol=1e-7)
+      # The state keeps the momenta decay-major: [num_decays, *param.shape].
+      expected_momenta = np.moveaxis(momenta[key], -1, 0)
+      np.testing.assert_allclose(state.momenta[key].numpy(), expected_momenta, rtol=1e-6, atol=1e-7)
       # The step itself (~1e-3..1e-2), up to the float32 rounding of the parameters.
       np.testing.assert_allclose(old_params[key] - actual_params, steps[key], rtol=1e-3, atol=2e-7)
       assert np.max(np.abs(steps[key])) > 1e-4  # Not a vacuous comparison.
@@ -153,16 +155,16 @@ def test_state_keeps_structure_dtypes_and_shapes():
   assert state.iteration.dtype == tf.int32
   assert int(state.iteration) == 0
   for key, value in PARAMS.items():
-    assert state.momenta[key].shape == value.shape + (5,)
-    np.testing.assert_array_equal(state.momenta[key].numpy(), np.zeros(value.shape + (5,)))
+    assert state.momenta[key].shape == (5,) + value.shape
+    np.testing.assert_array_equal(state.momenta[key].numpy(), np.zeros((5,) + value.shape))
   new_state = opt.update(state, _tf(GRADS[0]))
   tf.nest.assert_same_structure(state, new_state)
   for old, new in zip(tf.nest.flatten(state), tf.nest.flatten(new_state), strict=True):
     assert old.dtype == new.dtype
     assert old.shape == new.shape
   assert isinstance(new_state, mlp_lopt.MLPLOptState)
-  assert new_state.momenta["a"].shape == (2, 3, 5)
-  assert new_state.momenta["b"].shape == (4, 5)
+  assert new_state.momenta["a"].shape == (5, 2, 3)
+  assert new_state.momenta["b"].shape == (5, 4)
   assert opt.get_params(new_state) is new_state.params
 
 
