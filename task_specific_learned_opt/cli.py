@@ -10,7 +10,7 @@ import sys
 
 from absl import flags
 
-from task_specific_learned_opt import checkpoints, gin_config
+from task_specific_learned_opt import benchmark, checkpoints, gin_config
 from task_specific_learned_opt.distributed import local
 from task_specific_learned_opt.tasks import tfds_source
 
@@ -19,6 +19,7 @@ USER_ERRORS = (
   tfds_source.DatasetNotPreparedError,
   local.CheckpointError,
   checkpoints.ThetaMismatchError,
+  benchmark.DeviceNotFoundError,
 )
 
 

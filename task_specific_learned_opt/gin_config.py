@@ -13,6 +13,7 @@ import tensorflow as tf
 
 # Imported for their @gin.configurable registrations.
 from task_specific_learned_opt import (  # noqa: F401
+  benchmark,
   inner_comparison,
   inner_training,
   optimizers,  # noqa: F401
@@ -25,6 +26,7 @@ from task_specific_learned_opt.tasks import (  # noqa: F401
   generated,
   networks,
   quadratic,
+  random_data,
   tfds_source,
 )
 

@@ -1,0 +1,149 @@
+"""The wall-clock benchmark (App. I): its statistics, its library function and bin/benchmark."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import testing_utils
+
+from task_specific_learned_opt import benchmark, checkpoints
+from task_specific_learned_opt.learned_optimizers import mlp_lopt
+from task_specific_learned_opt.optimizers import adam, sgd
+from task_specific_learned_opt.tasks import networks, quadratic, random_data
+
+GIN_FILE = os.path.join(testing_utils.REPO, "gin/benchmark/paper_cnn.gin")
+SMOKE = [
+  "paper_cnn.channels = 4",
+  "RandomDataTask.image_shape = (8, 8, 3)",
+  "RandomDataTask.batch_size = 16",
+]
+
+
+def _tiny_task():
+  model = networks.ConvNet(channels=(4,), strides=(2,))
+  return random_data.RandomDataTask(model, image_shape=(8, 8, 3), batch_size=16)
+
+
+def _optimizers():
+  return {"sgd": sgd.SGD(0.01), "adam": adam.Adam(), "mlp_lopt": mlp_lopt.MLPLOpt()}
+
+
+def test_summary_and_per_round_ratios_worked_numbers():
+  s = benchmark.summarize([90.0, 100.0, 80.0, 110.0])
+  assert (s["median"], s["min"], s["max"]) == (95.0, 80.0, 110.0)
+  assert (s["q25"], s["q75"]) == (87.5, 102.5)
+  # Rounds 1-3: 0.5, 0.9, 1.0 -> median 0.9 (a slow round for both does not move it).
+  r = benchmark.round_ratios([50.0, 90.0, 20.0], [100.0, 100.0, 20.0])
+  assert r["median"] == pytest.approx(0.9)
+  assert r["values"] == pytest.approx([0.5, 0.9, 1.0])
+
+
+def test_check_device():
+  assert benchmark.check_device("/CPU:0") == "/device:CPU:0"
+  assert benchmark.check_device("cpu:0") == "/device:CPU:0"
+  with pytest.raises(benchmark.DeviceNotFoundError, match="GPU:7.*does not exist.*CPU:0"):
+    benchmark.check_device("/GPU:7")
+  with pytest.raises(benchmark.DeviceNotFoundError):
+    benchmark.check_device("/not a device")
+
+
+def test_run_on_a_tiny_model_interleaves_and_reports(tmp_path):
+  result = benchmark.run(
+    str(tmp_path),
+    task=_tiny_task(),
+    optimizers=_optimizers(),
+    num_steps=10,
+    repetitions=2,
+    warmup=1,
+  )
+  assert result == json.load(open(tmp_path / benchmark.RESULTS_FILENAME))
+  assert result["order"] == ["sgd", "adam", "mlp_lopt"] * 2
+  for s in result["batches_per_second"].values():
+    assert len(s["values"]) == 2 and s["min"] > 0 and s["min"] <= s["median"] <= s["max"]
+  assert set(result["ratios"]) == {"mlp_lopt/sgd", "mlp_lopt/adam"}
+  for s in result["ratios"].values():
+    assert s["median"] > 0
+  env = result["environment"]
+  assert env["device"] == "/device:CPU:0" and env["tensorflow"] == tf.__version__
+  assert env["xla_update"] == [] and env["inter_op_threads"] >= 0
+  assert result["num_params"] == 3 * 3 * 3 * 4 + 4 + 4 * 10 + 10
+  assert result["paper_batches_per_second"]["cpu"]["mlp_lopt"] == 80.0
+
+
+def test_run_loads_an_exported_theta(tmp_path):
+  lopt = mlp_lopt.MLPLOpt()
+  theta_dir = str(tmp_path / "theta")
+  checkpoints.save_theta(theta_dir, lopt.init(5))
+  result = benchmark.run(
+    str(tmp_path),
+    task=_tiny_task(),
+    optimizers={"sgd": sgd.SGD(0.01), "mlp_lopt": lopt},
+    num_steps=5,
+    repetitions=1,
+    warmup=1,
+    theta_dir=theta_dir,
+  )
+  assert result["theta"] == theta_dir and set(result["ratios"]) == {"mlp_lopt/sgd"}
+
+
+def test_train_fn_does_not_retrace_for_new_lengths_or_seeds():
+  task = quadratic.QuadraticTask(dim=4)
+  train, init = benchmark.make_train_fn(task, mlp_lopt.MLPLOpt(), mlp_lopt.MLPLOpt().init(0))
+  state = init(task.init_params(0))
+  for num_steps, seed in ((3, 1), (5, 2), (4, [7, 8])):
+    _, losses = train(state, num_steps, seed)
+    assert losses.shape == (num_steps,)
+  assert train.tracing_count() == 1
+
+
+def test_a_jit_compiled_update_gives_the_same_steps():
+  task = quadratic.QuadraticTask(dim=6)
+  lopt = mlp_lopt.MLPLOpt()
+  theta = lopt.init(0)
+  results = []
+  for xla in (False, True):
+    train, init = benchmark.make_train_fn(task, lopt, theta, xla_update=xla)
+    results.append(train(init(task.init_params(0)), 3, 1)[0].params["w"].numpy())
+  np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-6)
+
+
+def _run_binary(argv, tmp_path):
+  """Runs bin/benchmark in its own process (its flags are its own), with a short timeout."""
+  env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+  return subprocess.run(
+    [sys.executable, os.path.join(testing_utils.REPO, "bin", "benchmark"), *argv],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    cwd=tmp_path,
+    env=env,
+  )
+
+
+@pytest.mark.integration
+def test_main_writes_json_and_config(tmp_path):
+  argv = [f"--output_dir={tmp_path}", "--num_steps=5", "--repetitions=2"]
+  argv += ["--warmup=1", f"--gin_file={GIN_FILE}"]
+  argv += [f"--gin_bindings={b}" for b in SMOKE]
+  done = _run_binary(argv, tmp_path)
+  assert done.returncode == 0, done.stderr[-3000:]
+  result = json.load(open(tmp_path / benchmark.RESULTS_FILENAME))
+  assert result["order"] == ["sgd", "adam", "mlp_lopt"] * 2 and result["num_steps"] == 5
+  assert set(result["ratios"]) == {"mlp_lopt/sgd", "mlp_lopt/adam"}
+  assert "paper_cnn.channels = 4" in open(tmp_path / "operative_config.gin").read()
+  assert "mlp_lopt/adam: median" in done.stdout
+
+
+@pytest.mark.integration
+def test_a_bad_device_exits_with_one_line(tmp_path):
+  done = _run_binary(
+    [f"--output_dir={tmp_path}", "--device=/GPU:9", f"--gin_file={GIN_FILE}"], tmp_path
+  )
+  assert done.returncode == 1
+  message = done.stderr.strip().splitlines()[-1]
+  assert message.startswith("error: Device '/GPU:9' does not exist"), done.stderr[-2000:]
+  assert not os.path.exists(tmp_path / benchmark.RESULTS_FILENAME)
