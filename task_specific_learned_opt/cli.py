@@ -11,7 +11,7 @@ import sys
 from absl import flags
 
 from task_specific_learned_opt import benchmark, checkpoints, gin_config
-from task_specific_learned_opt.distributed import local
+from task_specific_learned_opt.distributed import cluster, local
 from task_specific_learned_opt.tasks import tfds_source
 
 USER_ERRORS = (
@@ -20,6 +20,7 @@ USER_ERRORS = (
   local.CheckpointError,
   checkpoints.ThetaMismatchError,
   benchmark.DeviceNotFoundError,
+  cluster.ClusterError,
 )
 
 
@@ -28,6 +29,23 @@ def define_gin_flags(default_gin_file: str) -> None:
   if "gin_file" not in flags.FLAGS:
     flags.DEFINE_multi_string("gin_file", [default_gin_file], "Gin experiment file(s).")
     flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings that override the files.")
+
+
+def define_cluster_flags() -> None:
+  """Defines the flags bin/chief and bin/worker share."""
+  flags.DEFINE_string(
+    "cluster",
+    None,
+    'The cluster as JSON: {"chief": ["host:port"], "worker": ["host:port", ...]}. '
+    "Default: the TF_CONFIG environment variable.",
+  )
+  flags.DEFINE_integer("task_index", None, "This task's index in its job (default: TF_CONFIG's).")
+  flags.DEFINE_bool(
+    "allow_public_addresses",
+    False,
+    "Allow addresses outside loopback and the private ranges. TensorFlow's server has no "
+    "authentication: only on a network nobody else reaches.",
+  )
 
 
 def _raise_keyboard_interrupt(signum, frame):

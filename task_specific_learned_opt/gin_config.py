@@ -18,7 +18,13 @@ from task_specific_learned_opt import (  # noqa: F401
   inner_training,
   optimizers,  # noqa: F401
 )
-from task_specific_learned_opt.distributed import chief, local, worker  # noqa: F401
+from task_specific_learned_opt.distributed import (  # noqa: F401
+  chief,
+  cluster,
+  local,
+  outer_training,
+  worker,
+)
 from task_specific_learned_opt.learned_optimizers import mlp_lopt  # noqa: F401
 from task_specific_learned_opt.outer import schedules, truncated_unroll  # noqa: F401
 from task_specific_learned_opt.tasks import (  # noqa: F401

@@ -47,6 +47,7 @@ class Chief:
     estimator: str = "merged",
     clip_value: float | None = None,
     batch_size: int = BATCH_SIZE,
+    max_staleness: int | None = None,
   ):
     """Makes the chief with theta = lopt.init(seed).
 
@@ -60,6 +61,8 @@ class Chief:
       estimator: "merged" (eq. 1), "rp" or "es" (the Fig. 8 ablations).
       clip_value: clip the gradient to +-clip_value before Adam (the authors' code: 0.1).
       batch_size: samples per update (128).
+      max_staleness: drop samples computed with a theta more than this many outer steps old
+        (counted as num_stale); None keeps them all, as the paper does.
     """
     if estimator not in estimators.ESTIMATORS:
       raise ValueError(f"Unknown estimator {estimator!r}; expected one of {estimators.ESTIMATORS}.")
@@ -67,6 +70,7 @@ class Chief:
     self.estimator = estimator
     self.clip_value = clip_value
     self.batch_size = int(batch_size)
+    self.max_staleness = None if max_staleness is None else int(max_staleness)
     self.optimizer = adam.Adam(
       learning_rate=learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon
     )
@@ -135,38 +139,59 @@ class Chief:
     }
 
   def apply(self, samples: list[base.Sample]) -> dict:
-    """Drops non-finite samples, merges the rest, takes one Adam step on theta.
+    """Drops stale and non-finite samples, merges the rest, takes one Adam step on theta.
 
     If every sample is dropped, theta and the outer step are left as they were.
 
     Returns:
-      Statistics of the update as Python numbers: applied, num_kept, num_dropped, outer_loss,
-      loss_plus, loss_minus, rp_variance, es_variance (mean per-coordinate variances),
-      es_weight (mean ES weight of the merge), gradient_norm, mean_num_steps, max_staleness,
-      mean_staleness, seconds.
+      Statistics of the update as Python numbers: applied, num_kept, num_dropped (non-finite),
+      num_stale, outer_loss, loss_plus, loss_minus, rp_variance, es_variance (mean
+      per-coordinate variances), es_weight (mean ES weight of the merge), gradient_norm,
+      mean_num_steps, mean_inner_step, max_staleness, mean_staleness, seconds.
     """
     if not samples:
       raise ValueError("Chief.apply needs at least one sample.")
-    start = time.time()
-    step_before = self.step
 
     def stack(field):
       return tf.nest.map_structure(
         lambda *xs: np.stack(xs).astype(np.float32), *[getattr(s, field) for s in samples]
       )
 
-    stats = self._apply(
+    def column(field, dtype):
+      return np.array([getattr(s, field) for s in samples], dtype)
+
+    return self.apply_arrays(
       stack("g_rp"),
       stack("g_es"),
-      np.array([s.loss_plus for s in samples], np.float32),
-      np.array([s.loss_minus for s in samples], np.float32),
+      column("loss_plus", np.float32),
+      column("loss_minus", np.float32),
+      column("theta_version", np.int64),
+      column("num_steps", np.float64),
+      column("inner_step", np.float64),
     )
+
+  def apply_arrays(
+    self, g_rp, g_es, loss_plus, loss_minus, theta_versions, num_steps, inner_steps
+  ) -> dict:
+    """`apply` on samples stacked along axis 0 (theta-shaped nests of [B, ...] arrays)."""
+    start = time.time()
+    step_before = self.step
+    staleness = step_before - np.asarray(theta_versions, np.int64)
+    num_stale = 0
+    if self.max_staleness is not None:
+      fresh = staleness <= self.max_staleness
+      num_stale = int(np.sum(~fresh))
+      if num_stale:
+        g_rp, g_es = (tf.nest.map_structure(lambda x: x[fresh], nest) for nest in (g_rp, g_es))
+        loss_plus, loss_minus = loss_plus[fresh], loss_minus[fresh]
+        num_steps, inner_steps = num_steps[fresh], inner_steps[fresh]
+    stats = self._apply(g_rp, g_es, loss_plus, loss_minus)
     stats = {k: v.numpy().item() for k, v in stats.items()}
-    staleness = [step_before - s.theta_version for s in samples]
     stats.update(
-      mean_num_steps=float(np.mean([s.num_steps for s in samples])),
-      mean_inner_step=float(np.mean([s.inner_step for s in samples])),
-      max_staleness=int(max(staleness)),
+      num_stale=num_stale,
+      mean_num_steps=float(np.mean(num_steps)) if len(num_steps) else 0.0,
+      mean_inner_step=float(np.mean(inner_steps)) if len(inner_steps) else 0.0,
+      max_staleness=int(np.max(staleness)),
       mean_staleness=float(np.mean(staleness)),
       seconds=time.time() - start,
     )

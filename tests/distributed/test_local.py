@@ -11,7 +11,7 @@ import testing_utils
 from absl import flags
 
 from task_specific_learned_opt import checkpoints
-from task_specific_learned_opt.distributed import local
+from task_specific_learned_opt.distributed import local, outer_training
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.outer import schedules
 from task_specific_learned_opt.tasks import quadratic
@@ -31,13 +31,8 @@ FAMILY, LOPT = quadratic.QuadraticFamily(dim=4), mlp_lopt.MLPLOpt()
 
 def _train(train_dir, steps, lopt=None):
   _bind_small()
-  return local.train_local(
-    str(train_dir),
-    family=FAMILY,
-    lopt=lopt or LOPT,
-    num_workers=2,
-    num_outer_steps=steps,
-  )
+  setup = outer_training.outer_training(family=FAMILY, lopt=lopt or LOPT, num_outer_steps=steps)
+  return local.train_local(str(train_dir), num_workers=2, setup=setup)
 
 
 def _theta(train_dir, lopt=None):
@@ -132,9 +127,9 @@ def _launch(train_dir, steps, extra=()):
     f"--train_dir={train_dir}",
     f"--num_outer_steps={steps}",
     f"--gin_file={os.path.join(testing_utils.REPO, 'gin/quickstart.gin')}",
-    "--gin_bindings=train_local.checkpoint_every_secs = 0",  # A checkpoint after every step.
+    "--gin_bindings=outer_training.checkpoint_every_secs = 0",  # A checkpoint after every step.
     # The quickstart's machinery on quadratic tasks, which compile in a moment.
-    "--gin_bindings=train_local.family = @QuadraticFamily()",
+    "--gin_bindings=outer_training.family = @QuadraticFamily()",
     "--gin_bindings=QuadraticFamily.dim = 4",
     "--gin_bindings=train_local.num_workers = 2",
     "--gin_bindings=Chief.batch_size = 2",

@@ -1,0 +1,119 @@
+"""Starts a chief and N workers as separate processes on loopback ports (bin/launch_local).
+
+For trying the cluster path on one machine: the same binaries and the same distributed runtime
+as on a real cluster, with every address on 127.0.0.1. Logs go to <train_dir>/logs/. The
+launcher waits for the chief; when it finishes the workers leave on their own, and the launcher
+stops any that are still running. Ctrl-C or SIGTERM stops them all (the chief saves first).
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from absl import logging
+
+BIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "bin")
+
+
+def free_ports(num: int) -> list[int]:
+  """`num` TCP ports on 127.0.0.1 that were free a moment ago."""
+  sockets = [socket.socket() for _ in range(num)]
+  try:
+    for s in sockets:
+      s.bind(("127.0.0.1", 0))
+    return [s.getsockname()[1] for s in sockets]
+  finally:
+    for s in sockets:
+      s.close()
+
+
+def loopback_cluster(num_workers: int) -> dict:
+  ports = free_ports(num_workers + 1)
+  return {
+    "chief": [f"127.0.0.1:{ports[0]}"],
+    "worker": [f"127.0.0.1:{p}" for p in ports[1:]],
+  }
+
+
+def _binary(name: str) -> str:
+  """bin/<name> of this checkout, else the installed script."""
+  path = os.path.join(BIN_DIR, name)
+  if os.path.exists(path):
+    return path
+  return os.path.join(os.path.dirname(sys.executable), name)
+
+
+def launch(
+  num_workers: int,
+  train_dir: str,
+  gin_files: Sequence[str],
+  gin_bindings: Sequence[str],
+  poll_secs: float = 1.0,
+) -> int:
+  """Runs the cluster until the chief exits; returns the chief's exit status."""
+  spec = loopback_cluster(num_workers)
+  log_dir = os.path.join(train_dir, "logs")
+  os.makedirs(log_dir, exist_ok=True)
+  common = [f"--cluster={json.dumps(spec)}"]
+  common += [f"--gin_file={f}" for f in gin_files]
+  common += [f"--gin_bindings={b}" for b in gin_bindings]
+  processes = {}
+
+  def start(name, binary, *flags):
+    log = open(os.path.join(log_dir, f"{name}.log"), "w")
+    processes[name] = subprocess.Popen(
+      [sys.executable, _binary(binary), *common, *flags],
+      stdout=log,
+      stderr=subprocess.STDOUT,
+      start_new_session=True,  # Ctrl-C reaches the launcher only; it stops the others in order.
+    )
+
+  start("chief", "chief", f"--train_dir={train_dir}")
+  for i in range(num_workers):
+    start(f"worker{i}", "worker", f"--task_index={i}")
+  logging.info(
+    "Started a chief (PID %d) and %d workers on %s; logs in %s. TensorBoard: tensorboard "
+    "--logdir %s",
+    processes["chief"].pid,
+    num_workers,
+    ", ".join(spec["chief"] + spec["worker"]),
+    log_dir,
+    train_dir,
+  )
+  chief = processes["chief"]
+  try:
+    while chief.poll() is None:
+      for name, p in processes.items():
+        if name != "chief" and p.poll() not in (None, 0):
+          logging.warning("%s exited with status %d; see %s.log.", name, p.returncode, name)
+          p.returncode = 0  # Reported once.
+      time.sleep(poll_secs)
+  except KeyboardInterrupt:
+    logging.info("Stopping: the chief saves a checkpoint first.")
+    chief.send_signal(signal.SIGTERM)
+    try:
+      chief.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+      chief.kill()
+  finally:
+    deadline = time.time() + 30
+    for p in processes.values():
+      while p.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+      if p.poll() is None:
+        p.terminate()
+        try:
+          p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+          p.kill()
+  status = chief.returncode
+  if status != 0:
+    with open(os.path.join(log_dir, "chief.log")) as f:
+      last = [line for line in f.read().splitlines() if line.strip()][-1:]
+    logging.error("The chief exited with status %d: %s", status, last[0] if last else "")
+  return status

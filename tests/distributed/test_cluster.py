@@ -1,0 +1,415 @@
+"""The cluster: spec parsing and checks, the chief's sample filter, and real processes on loopback.
+
+The multi-process tests start bin/chief and bin/worker as separate processes. Where a network
+namespace can be made (`unshare -n`, as root), each such test re-runs itself inside a fresh one
+that has only loopback, so no test server is reachable from outside; elsewhere it runs on plain
+loopback.
+"""
+
+import functools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import testing_utils
+
+from task_specific_learned_opt import checkpoints
+from task_specific_learned_opt.distributed import chief as chief_lib
+from task_specific_learned_opt.distributed import cluster, outer_training
+from task_specific_learned_opt.learned_optimizers import mlp_lopt
+
+NAMESPACE_VARIABLE = "TASK_SPECIFIC_LEARNED_OPT_IN_NETNS"
+CLUSTER = {"chief": ["localhost:2222"], "worker": ["localhost:2223", "127.0.0.1:2224"]}
+
+# ---------------------------------------------------------------------------------------------
+# The spec.
+
+
+def test_parse_cluster_from_the_flag_and_from_tf_config():
+  spec = cluster.parse_cluster(json.dumps(CLUSTER), "worker", 1, environ={})
+  assert spec == cluster.TaskSpec(CLUSTER, "worker", 1)
+  assert cluster.parse_cluster(json.dumps(CLUSTER), "chief", None, environ={}).index == 0
+  tf_config = json.dumps({"cluster": CLUSTER, "task": {"type": "worker", "index": 1}})
+  spec = cluster.parse_cluster(None, "worker", None, environ={"TF_CONFIG": tf_config})
+  assert spec == cluster.TaskSpec(CLUSTER, "worker", 1)
+
+
+@pytest.mark.parametrize(
+  "cluster_json,job,index,message",
+  [
+    ("{not json", "chief", None, "not valid JSON"),
+    ('["localhost:1"]', "chief", None, "JSON object"),
+    (json.dumps({**CLUSTER, "ps": ["localhost:1"]}), "chief", None, "Unknown job.*'ps'"),
+    (json.dumps({"worker": ["localhost:1"]}), "chief", None, "addresses for 'chief'"),
+    (json.dumps({**CLUSTER, "chief": ["a:1", "b:2"]}), "chief", None, "exactly one chief"),
+    (json.dumps({**CLUSTER, "worker": ["localhost"]}), "worker", 0, "not 'host:port'"),
+    (json.dumps({**CLUSTER, "worker": ["localhost:99999"]}), "worker", 0, "not 'host:port'"),
+    (json.dumps({**CLUSTER, "worker": ["localhost:2222"]}), "worker", 0, "address twice"),
+    (json.dumps(CLUSTER), "worker", 2, "out of range.*2 worker task"),
+    (json.dumps(CLUSTER), "worker", None, "--task_index"),
+  ],
+)
+def test_bad_cluster_specs_name_the_problem(cluster_json, job, index, message):
+  with pytest.raises(cluster.ClusterError, match=message):
+    cluster.parse_cluster(cluster_json, job, index, environ={})
+
+
+def test_tf_config_problems():
+  with pytest.raises(cluster.ClusterError, match="No cluster given"):
+    cluster.parse_cluster(None, "chief", None, environ={})
+  with pytest.raises(cluster.ClusterError, match="TF_CONFIG is not valid JSON"):
+    cluster.parse_cluster(None, "chief", None, environ={"TF_CONFIG": "{"})
+  wrong_role = json.dumps({"cluster": CLUSTER, "task": {"type": "worker", "index": 0}})
+  with pytest.raises(cluster.ClusterError, match="is a 'worker'.*runs the 'chief'"):
+    cluster.parse_cluster(None, "chief", None, environ={"TF_CONFIG": wrong_role})
+
+
+def test_public_addresses_are_refused_unless_allowed():
+  cluster.check_private({"chief": ["localhost:1"], "worker": ["10.1.2.3:2", "192.168.0.9:3"]})
+  public = {"chief": ["localhost:1"], "worker": ["8.8.8.8:2222"]}
+  with pytest.raises(cluster.ClusterError, match="8.8.8.8.*public.*--allow_public_addresses"):
+    cluster.check_private(public)
+  cluster.check_private(public, allow_public_addresses=True)
+  with pytest.raises(cluster.ClusterError, match="does not resolve"):
+    cluster.check_private({"chief": ["no-such-host.invalid:1"], "worker": ["localhost:2"]})
+
+
+def test_a_port_in_use_is_reported():
+  with socket.socket() as holder:
+    holder.bind(("", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    with pytest.raises(cluster.ClusterError, match=f"Port {port} .* not free"):
+      cluster.check_port_free(f"localhost:{port}")
+  cluster.check_port_free(f"localhost:{port}")  # Free again once released.
+
+
+def test_theta_flattens_and_unflattens():
+  theta = mlp_lopt.MLPLOpt().init(0)
+  flat = cluster.flatten(theta)
+  assert flat.shape == (mlp_lopt.num_meta_parameters(theta),)
+  back = cluster.unflatten(flat, theta)
+  for a, b in zip(tf_flatten(theta), tf_flatten(back), strict=True):
+    np.testing.assert_array_equal(a, b)
+  batch = cluster.unflatten(np.stack([flat, 2 * flat]), theta)
+  np.testing.assert_array_equal(tf_flatten(batch)[0][1], 2 * np.asarray(tf_flatten(theta)[0]))
+
+
+def tf_flatten(nest):
+  import tensorflow as tf
+
+  return tf.nest.flatten(nest)
+
+
+def test_mismatch_messages_name_what_differs():
+  small = cluster.fingerprint(mlp_lopt.MLPLOpt(hidden_size=8).init(0))
+  paper = cluster.fingerprint(mlp_lopt.MLPLOpt().init(0))
+  assert "theta's shapes differ" in cluster.mismatch_message(paper, small)
+  other_gin = json.loads(paper) | {"gin_config_sha256": "0123"}
+  message = cluster.mismatch_message(json.dumps(other_gin), paper)
+  assert "gin configs differ" in message and "--gin_bindings" in message
+
+
+def _batch(versions, incarnations, workers, runs, indices):
+  n = len(versions)
+  return cluster.Batch(
+    g_rp=np.zeros([n, 3], np.float32),
+    g_es=np.zeros([n, 3], np.float32),
+    loss_plus=np.zeros(n, np.float32),
+    loss_minus=np.zeros(n, np.float32),
+    theta_version=np.array(versions, np.int64),
+    num_steps=np.ones(n, np.int32),
+    inner_step=np.zeros(n, np.int32),
+    worker_id=np.array(workers, np.int32),
+    worker_run=np.array(runs, np.int64),
+    sample_index=np.array(indices, np.int64),
+    incarnation=np.array(incarnations, np.int64),
+  )
+
+
+def test_the_chief_drops_samples_of_a_lost_theta_and_duplicates():
+  accept = cluster.SampleFilter(incarnation=7, restored_step=10)
+  # A previous chief's theta up to the checkpoint (10) is the one restored; 11 was lost.
+  keep, lost, duplicate = accept(
+    _batch([10, 11, 11, 3], [5, 5, 7, 7], [0, 0, 1, 1], [1] * 4, [0, 1, 0, 1])
+  )
+  assert keep.tolist() == [True, False, True, True] and (lost, duplicate) == (1, 0)
+  # Worker 1 run 1 index 1 again: a duplicate; a new run of worker 1 starts at 0 again.
+  keep, lost, duplicate = accept(_batch([12, 12, 12], [7, 7, 7], [1, 1, 1], [1, 2, 1], [1, 0, 2]))
+  assert keep.tolist() == [False, True, True] and (lost, duplicate) == (0, 1)
+
+
+def test_max_staleness_drops_old_samples_and_counts_them():
+  lopt = mlp_lopt.MLPLOpt(hidden_size=4)
+  chief = chief_lib.Chief(lopt, batch_size=3, max_staleness=1)
+  chief.outer_step.assign(5)
+  theta = chief.theta_numpy()
+
+  def stacked(scale):
+    return tf_map(lambda x: np.stack([scale * np.ones_like(x)] * 3), theta)
+
+  stats = chief.apply_arrays(
+    stacked(1.0),
+    stacked(1.0),
+    np.ones(3, np.float32),
+    np.ones(3, np.float32),
+    np.array([5, 4, 2]),
+    np.ones(3),
+    np.zeros(3),
+  )
+  assert stats["num_stale"] == 1 and stats["num_kept"] == 2 and stats["max_staleness"] == 3
+  assert chief.step == 6
+  unbounded = chief_lib.Chief(lopt, batch_size=3)
+  stats = unbounded.apply_arrays(
+    stacked(1.0),
+    stacked(1.0),
+    np.ones(3, np.float32),
+    np.ones(3, np.float32),
+    np.array([0, -3, -9]),
+    np.ones(3),
+    np.zeros(3),
+  )
+  assert stats["num_stale"] == 0 and stats["num_kept"] == 3
+
+
+def tf_map(fn, nest):
+  import tensorflow as tf
+
+  return tf.nest.map_structure(fn, nest)
+
+
+# ---------------------------------------------------------------------------------------------
+# Real processes.
+
+
+@functools.cache
+def _can_make_namespace() -> bool:
+  try:
+    done = subprocess.run(
+      ["unshare", "-n", "sh", "-c", "ip link set lo up"], capture_output=True, timeout=20
+    )
+  except (OSError, subprocess.TimeoutExpired):
+    return False
+  return done.returncode == 0
+
+
+def _reran_in_namespace(request) -> bool:
+  """Runs this test again inside a loopback-only network namespace; False: run it here."""
+  if os.environ.get(NAMESPACE_VARIABLE) == "1" or not _can_make_namespace():
+    return False
+  node = f"{request.node.path}::{request.node.name}"
+  command = (
+    f"ip link set lo up && {NAMESPACE_VARIABLE}=1 exec {sys.executable} -m pytest -q -x "
+    f"-p no:cacheprovider '{node}'"
+  )
+  done = subprocess.run(
+    ["unshare", "-n", "sh", "-c", command],
+    cwd=testing_utils.REPO,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+  assert "1 passed" in done.stdout, done.stdout[-3000:]
+  return True
+
+
+def _free_ports(n):
+  sockets = [socket.socket() for _ in range(n)]
+  for s in sockets:
+    s.bind(("127.0.0.1", 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
+
+
+SMOKE = [
+  # The quickstart's machinery on quadratic tasks, which compile in a moment.
+  "outer_training.family = @QuadraticFamily()",
+  "QuadraticFamily.dim = 4",
+  "Chief.batch_size = 4",
+  "Worker.horizon = 30",
+  "LinearCurriculum.min_length = 3",
+  "LinearCurriculum.max_length = 5",
+  "outer_training.checkpoint_every_secs = 0",  # A checkpoint after every step.
+  "run_chief.poll_secs = 0.05",
+  "run_chief.linger_secs = 30",
+]
+
+
+class Cluster:
+  """bin/chief and bin/worker processes with logs in a directory; all killed at the end."""
+
+  def __init__(self, directory, num_workers, steps):
+    self.directory = directory
+    self.steps = steps  # Chief and workers must be given the same experiment.
+    ports = _free_ports(num_workers + 1)
+    self.spec = {
+      "chief": [f"127.0.0.1:{ports[0]}"],
+      "worker": [f"127.0.0.1:{p}" for p in ports[1:]],
+    }
+    self.train_dir = os.path.join(directory, "train")
+    self.processes = []
+
+  def start(self, role, name, *flags):
+    args = [
+      sys.executable,
+      os.path.join(testing_utils.REPO, "bin", role),
+      f"--cluster={json.dumps(self.spec)}",
+      f"--gin_file={os.path.join(testing_utils.REPO, 'gin/quickstart.gin')}",
+      *[f"--gin_bindings={b}" for b in SMOKE + [f"outer_training.num_outer_steps = {self.steps}"]],
+      *flags,
+    ]
+    if role == "chief":
+      args.append(f"--train_dir={self.train_dir}")
+    log = open(os.path.join(self.directory, f"{name}.log"), "w")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+    process.log_path = log.name
+    self.processes.append(process)
+    return process
+
+  def log(self, name):
+    with open(os.path.join(self.directory, f"{name}.log")) as f:
+      return f.read()
+
+  def records(self):
+    path = os.path.join(self.train_dir, outer_training.PROGRESS_FILENAME)
+    if not os.path.exists(path):
+      return []
+    with open(path) as f:
+      return [json.loads(line) for line in f if line.strip()]
+
+  def wait_for_step(self, step, timeout=180):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+      records = self.records()
+      if records and records[-1]["outer_step"] >= step:
+        return records[-1]["outer_step"]
+      for p in self.processes:
+        if p.poll() not in (None, 0):
+          with open(p.log_path) as f:
+            raise AssertionError(f"{p.args[1]} exited {p.returncode}:\n{f.read()[-3000:]}")
+      time.sleep(0.2)
+    raise AssertionError(f"No outer step {step} within {timeout} s:\n{self.log('chief')[-3000:]}")
+
+  def kill_all(self):
+    for p in self.processes:
+      if p.poll() is None:
+        p.kill()
+        p.wait(timeout=30)
+
+
+@pytest.fixture
+def make_cluster(tmp_path):
+  clusters = []
+
+  def make(num_workers, steps=8):
+    clusters.append(Cluster(str(tmp_path), num_workers, steps))
+    return clusters[-1]
+
+  yield make
+  for c in clusters:
+    c.kill_all()
+
+
+def _wait(process, timeout=240):
+  try:
+    return process.wait(timeout=timeout)
+  except subprocess.TimeoutExpired:
+    process.kill()
+    with open(process.log_path) as f:
+      raise AssertionError(f"{process.args[1]} did not finish:\n{f.read()[-3000:]}") from None
+
+
+@pytest.mark.integration
+def test_two_workers_a_killed_worker_and_a_mismatched_one(request, make_cluster):
+  if _reran_in_namespace(request):
+    return
+  c = make_cluster(num_workers=2, steps=10)
+  chief = c.start("chief", "chief")
+  c.start("worker", "worker0", "--task_index=0")
+  worker1 = c.start("worker", "worker1", "--task_index=1")
+  c.wait_for_step(3)
+  deadline = time.time() + 120
+  while "worker 1: sample 1 " not in c.log("worker1") and time.time() < deadline:
+    time.sleep(0.2)
+  assert "worker 1: sample 1 " in c.log("worker1")
+  worker1.send_signal(signal.SIGKILL)
+  worker1.wait(timeout=30)
+  killed_at = c.records()[-1]["outer_step"]
+  # The freed task slot, taken by a worker with another experiment: refused, in one line.
+  mismatched = c.start(
+    "worker", "mismatched", "--task_index=1", "--gin_bindings=MLPLOpt.hidden_size = 8"
+  )
+  assert _wait(mismatched, timeout=120) == 1
+  last_line = c.log("mismatched").strip().splitlines()[-1]
+  assert last_line.startswith("error: This worker's experiment is not the chief's: theta's shapes")
+  assert _wait(chief) == 0  # The chief kept stepping with one worker, to the end.
+  steps = [r["outer_step"] for r in c.records()]
+  assert steps == list(range(1, 11)) and killed_at < 10
+  assert "Training finished" in c.log("chief")
+  assert "worker 0 leaves" in c.log("worker0")
+  theta = checkpoints.load_theta(
+    os.path.join(c.train_dir, checkpoints.THETA_DIRNAME), mlp_lopt.MLPLOpt()
+  )
+  assert not np.array_equal(tf_flatten(theta)[0], tf_flatten(mlp_lopt.MLPLOpt().init(0))[0])
+
+
+@pytest.mark.integration
+def test_a_killed_chief_restarts_from_its_checkpoint_and_workers_carry_on(request, make_cluster):
+  if _reran_in_namespace(request):
+    return
+  c = make_cluster(num_workers=1)
+  chief = c.start("chief", "chief")
+  worker = c.start("worker", "worker0", "--task_index=0")
+  c.wait_for_step(3)
+  chief.send_signal(signal.SIGKILL)
+  chief.wait(timeout=30)
+  saved = int(tf_latest_step(c.train_dir))
+  time.sleep(3)  # The worker notices and retries.
+  assert worker.poll() is None
+  restarted = c.start("chief", "chief_restarted")
+  assert _wait(restarted) == 0
+  assert _wait(worker, timeout=120) == 0
+  log = c.log("chief_restarted")
+  assert "Resumed from" in log and f"outer step {saved + 1}/8" in log
+  steps = [r["outer_step"] for r in c.records()]
+  assert steps == list(range(1, 9))  # Continuous: nothing after the checkpoint kept twice.
+  worker_log = c.log("worker0")
+  assert "unreachable" in worker_log and "The chief restarted" in worker_log
+
+
+def tf_latest_step(train_dir):
+  import tensorflow as tf
+
+  path = tf.train.latest_checkpoint(os.path.join(train_dir, checkpoints.CHECKPOINT_DIRNAME))
+  return path.rsplit("-", 1)[1]
+
+
+@pytest.mark.integration
+def test_sigterm_on_the_chief_saves_and_a_worker_without_chief_gives_up(request, make_cluster):
+  if _reran_in_namespace(request):
+    return
+  c = make_cluster(num_workers=1)
+  lonely = c.start("worker", "lonely", "--task_index=0", "--chief_timeout_secs=3")
+  assert _wait(lonely, timeout=120) == 1
+  last_line = c.log("lonely").strip().splitlines()[-1]
+  assert last_line.startswith("error: The chief at ") and "has not answered" in last_line
+  c.processes.remove(lonely)
+  rarely = "--gin_bindings=outer_training.checkpoint_every_secs = 600"  # Both: one experiment.
+  chief = c.start("chief", "chief", rarely)
+  worker = c.start("worker", "worker0", "--task_index=0", rarely)
+  c.wait_for_step(2)
+  chief.send_signal(signal.SIGTERM)
+  assert _wait(chief, timeout=60) == 1
+  saved = int(tf_latest_step(c.train_dir))
+  assert saved >= 2 and "interrupted (state saved)" in c.log("chief")
+  worker.kill()
