@@ -398,6 +398,10 @@ class Channel:
         tf.compat.v1.placeholder(d, s) for d, s in zip(_QUEUE_DTYPES, shapes, strict=True)
       ]
       self._enqueue = queue.enqueue(self._sample_in)
+      self._many_in = [
+        tf.compat.v1.placeholder(d, [None, *s]) for d, s in zip(_QUEUE_DTYPES, shapes, strict=True)
+      ]
+      self._enqueue_many = queue.enqueue_many(self._many_in)
       self._size = queue.size()
       self._take_n = tf.compat.v1.placeholder(tf.int32, [])
       self._dequeue = queue.dequeue_many(self._take_n)
@@ -473,6 +477,10 @@ class Channel:
       incarnation,
     ]
     self._run(self._enqueue, dict(zip(self._sample_in, values, strict=True)))
+
+  def put_many(self, batch: Batch) -> None:
+    """Enqueues stacked samples in one call (stand-in workers of the throughput benchmark)."""
+    self._run(self._enqueue_many, dict(zip(self._many_in, batch, strict=True)))
 
   def checkout(self) -> None:
     self._run(self._checkout)
