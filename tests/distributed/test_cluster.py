@@ -413,3 +413,28 @@ def test_sigterm_on_the_chief_saves_and_a_worker_without_chief_gives_up(request,
   saved = int(tf_latest_step(c.train_dir))
   assert saved >= 2 and "interrupted (state saved)" in c.log("chief")
   worker.kill()
+
+
+@pytest.mark.integration
+def test_launch_local_runs_a_chief_and_workers_to_the_end(request, tmp_path):
+  if _reran_in_namespace(request):
+    return
+  train_dir = tmp_path / "train"
+  args = [
+    sys.executable,
+    os.path.join(testing_utils.REPO, "bin", "launch_local"),
+    "--num_workers=2",
+    f"--train_dir={train_dir}",
+    f"--gin_file={os.path.join(testing_utils.REPO, 'gin/quickstart.gin')}",
+    *[f"--gin_bindings={b}" for b in SMOKE + ["outer_training.num_outer_steps = 3"]],
+  ]
+  env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+  done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+  assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+  assert "Started a chief" in done.stderr
+  with open(train_dir / outer_training.PROGRESS_FILENAME) as f:
+    assert [json.loads(line)["outer_step"] for line in f] == [1, 2, 3]
+  logs = sorted(os.listdir(train_dir / "logs"))
+  assert logs == ["chief.log", "worker0.log", "worker1.log"]
+  for name in ("worker0", "worker1"):
+    assert "The chief has finished" in (train_dir / "logs" / f"{name}.log").read_text()
