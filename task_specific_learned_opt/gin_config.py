@@ -14,6 +14,7 @@ import tensorflow as tf
 # Imported for their @gin.configurable registrations.
 from task_specific_learned_opt import (  # noqa: F401
   benchmark,
+  evaluation,
   inner_comparison,
   inner_training,
   optimizers,  # noqa: F401

@@ -575,23 +575,24 @@ def run_chief(
       if not keep.any():
         logging.warning("A whole batch was from a lost theta or seen before; skipped.")
         continue
-      kept = Batch(*(x[keep] for x in batch))
-      stats = chief.apply_arrays(
-        unflatten(kept.g_rp, template),
-        unflatten(kept.g_es, template),
-        kept.loss_plus,
-        kept.loss_minus,
-        kept.theta_version,
-        kept.num_steps.astype(np.float64),
-        kept.inner_step.astype(np.float64),
-      )
-      channel.publish(flatten(chief.theta_numpy()), chief.step)
-      stats.update(
-        num_lost_theta=num_lost,
-        num_duplicate=num_duplicate,
-        num_workers_in_batch=len(set(kept.worker_id.tolist())),
-      )
-      stats = files.record(stats, samples_done)
+      with outer_lib.interrupts_deferred():  # Apply, publish and record: all or nothing.
+        kept = Batch(*(x[keep] for x in batch))
+        stats = chief.apply_arrays(
+          unflatten(kept.g_rp, template),
+          unflatten(kept.g_es, template),
+          kept.loss_plus,
+          kept.loss_minus,
+          kept.theta_version,
+          kept.num_steps.astype(np.float64),
+          kept.inner_step.astype(np.float64),
+        )
+        channel.publish(flatten(chief.theta_numpy()), chief.step)
+        stats.update(
+          num_lost_theta=num_lost,
+          num_duplicate=num_duplicate,
+          num_workers_in_batch=len(set(kept.worker_id.tolist())),
+        )
+        stats = files.record(stats, samples_done)
       files.save_if_due()
     finished = True
   finally:

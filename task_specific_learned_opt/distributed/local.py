@@ -8,6 +8,7 @@ holds every worker's inner run and counters.
 """
 
 import io
+import os
 import pickle
 
 import gin
@@ -23,6 +24,7 @@ from task_specific_learned_opt.distributed import worker as worker_lib
 PROGRESS_FILENAME = outer_lib.PROGRESS_FILENAME
 PLOT_FILENAME = outer_lib.PLOT_FILENAME
 CheckpointError = outer_lib.CheckpointError
+EVAL_DIRNAME = "eval"
 
 
 class _WorkersState(tf.train.experimental.PythonState):
@@ -55,7 +57,10 @@ class _WorkersState(tf.train.experimental.PythonState):
 
 @gin.configurable(denylist=["train_dir", "setup"])
 def train_local(
-  train_dir: str, num_workers: int = 8, setup: outer_lib.OuterTraining | None = None
+  train_dir: str,
+  num_workers: int = 8,
+  setup: outer_lib.OuterTraining | None = None,
+  final_evaluation=None,
 ) -> dict:
   """Outer-trains theta with a chief and `num_workers` workers in this process.
 
@@ -65,6 +70,9 @@ def train_local(
     train_dir: where checkpoints, theta exports, summaries and plots go.
     num_workers: workers, each with its own inner-training run.
     setup: the experiment; gin's `outer_training()` if None.
+    final_evaluation: called as final_evaluation(output_dir, lopt, theta) once the last outer
+      step is reached (e.g. evaluation.compare_with_tuned_baseline); results go to
+      <train_dir>/eval.
 
   Returns:
     The last outer step's statistics (empty if no step was taken).
@@ -90,9 +98,8 @@ def train_local(
   samples_done, stats = 0, {}
   if chief.step >= setup.num_outer_steps:
     logging.info(
-      "Outer step %d already reached %d; nothing to do.", chief.step, setup.num_outer_steps
+      "Outer step %d already reached %d; nothing to train.", chief.step, setup.num_outer_steps
     )
-    return stats
   try:
     while chief.step < setup.num_outer_steps:
       while transport.pending() < chief.batch_size:
@@ -102,10 +109,15 @@ def train_local(
         transport.put_sample(sample)
         workers_state.num_samples += 1
         samples_done += 1
-      stats = chief.apply(transport.take_samples(chief.batch_size))
-      transport.publish_theta(chief.theta_numpy(), chief.step)
-      stats = files.record(stats, samples_done)
+      with outer_lib.interrupts_deferred():  # Apply and record: all or nothing.
+        stats = chief.apply(transport.take_samples(chief.batch_size))
+        transport.publish_theta(chief.theta_numpy(), chief.step)
+        stats = files.record(stats, samples_done)
       files.save_if_due()
   finally:
-    files.save()
+    if samples_done:  # Else nothing changed since the checkpoint it resumed from.
+      files.save()
+  if final_evaluation is not None:
+    logging.info("Evaluating theta on held-out tasks (train_local.final_evaluation).")
+    final_evaluation(os.path.join(train_dir, EVAL_DIRNAME), setup.lopt, chief.theta())
   return stats

@@ -14,8 +14,11 @@ The chief's train dir holds:
   operative_config.gin.
 """
 
+import contextlib
 import json
 import os
+import signal
+import threading
 import time
 from typing import NamedTuple
 
@@ -159,6 +162,26 @@ def restore(checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager
   logging.info("Resumed from %s.", path)
 
 
+@contextlib.contextmanager
+def interrupts_deferred():
+  """Holds SIGINT/SIGTERM until the block is done (a checkpoint is never cut short), then
+  raises KeyboardInterrupt if one came."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  received = []
+  previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+  for sig in previous:
+    signal.signal(sig, lambda signum, frame: received.append(signum))
+  try:
+    yield
+  finally:
+    for sig, handler in previous.items():
+      signal.signal(sig, handler)
+  if received:
+    raise KeyboardInterrupt
+
+
 class ChiefFiles:
   """The chief's state on disk and its records: restore at start, save on a timer and at exit."""
 
@@ -192,17 +215,18 @@ class ChiefFiles:
     self.start_step = self.chief.step
 
   def save(self) -> None:
-    """Checkpoint, theta export, operative config and plot."""
+    """Checkpoint, theta export, operative config and plot (SIGTERM/Ctrl-C wait for it)."""
     step = self.chief.step
-    self.manager.save(checkpoint_number=step)
-    checkpoints.save_theta(
-      os.path.join(self.train_dir, checkpoints.THETA_DIRNAME),
-      self.chief.theta(),
-      info={"outer_step": step},
-    )
-    checkpoints.write_operative_config(self.train_dir)
-    self.recorder.plot(self.title)
-    self.recorder.writer.flush()
+    with interrupts_deferred():
+      self.manager.save(checkpoint_number=step)
+      checkpoints.save_theta(
+        os.path.join(self.train_dir, checkpoints.THETA_DIRNAME),
+        self.chief.theta(),
+        info={"outer_step": step},
+      )
+      checkpoints.write_operative_config(self.train_dir)
+      self.recorder.plot(self.title)
+      self.recorder.writer.flush()
     self.last_save = time.time()
     logging.info("Saved checkpoint and theta at outer step %d in %s.", step, self.train_dir)
 

@@ -391,14 +391,14 @@ def tf_latest_step(train_dir):
   import tensorflow as tf
 
   path = tf.train.latest_checkpoint(os.path.join(train_dir, checkpoints.CHECKPOINT_DIRNAME))
-  return path.rsplit("-", 1)[1]
+  return None if path is None else path.rsplit("-", 1)[1]
 
 
 @pytest.mark.integration
 def test_sigterm_on_the_chief_saves_and_a_worker_without_chief_gives_up(request, make_cluster):
   if _reran_in_namespace(request):
     return
-  c = make_cluster(num_workers=1)
+  c = make_cluster(num_workers=1, steps=100000)  # Still training when SIGTERM comes.
   lonely = c.start("worker", "lonely", "--task_index=0", "--chief_timeout_secs=3")
   assert _wait(lonely, timeout=120) == 1
   last_line = c.log("lonely").strip().splitlines()[-1]
@@ -410,8 +410,10 @@ def test_sigterm_on_the_chief_saves_and_a_worker_without_chief_gives_up(request,
   c.wait_for_step(2)
   chief.send_signal(signal.SIGTERM)
   assert _wait(chief, timeout=60) == 1
+  assert tf_latest_step(c.train_dir) is not None, c.log("chief")[-4000:]
   saved = int(tf_latest_step(c.train_dir))
   assert saved >= 2 and "interrupted (state saved)" in c.log("chief")
+  assert saved == c.records()[-1]["outer_step"]  # Nothing recorded after the checkpoint.
   worker.kill()
 
 

@@ -100,11 +100,17 @@ SMOKE = [
   "Chief.batch_size = 2",
   "LinearCurriculum.min_length = 2",
   "LinearCurriculum.max_length = 4",
+  # The final evaluation against tuned Adam, shrunk: 6 outer-test classes, 2 learning rates.
+  "eval/ClassSubsetFamily.num_classes_per_task = 3",
+  "compare_with_tuned_baseline.num_tasks = 2",
+  "compare_with_tuned_baseline.num_steps = 6",
+  "compare_with_tuned_baseline.num_points = 3",
+  "compare_with_tuned_baseline.learning_rates = (1e-3, 1e-1)",
 ]
 
 
 @pytest.mark.integration
-def test_bin_train_local_main(tmp_path):
+def test_bin_train_local_main(tmp_path, capsys):
   binary = testing_utils.load_binary("train_local")
   argv = ["train_local", f"--train_dir={tmp_path}", "--num_outer_steps=2"]
   argv += [f"--gin_file={os.path.join(testing_utils.REPO, 'gin/quickstart.gin')}"]
@@ -115,6 +121,12 @@ def test_bin_train_local_main(tmp_path):
   assert [r["outer_step"] for r in _records(tmp_path)] == [1, 2]
   assert "Chief.batch_size = 2" in open(tmp_path / "operative_config.gin").read()
   assert os.path.exists(tmp_path / checkpoints.THETA_DIRNAME / checkpoints.THETA_INFO_FILENAME)
+  # It ends with the comparison against learning-rate-tuned Adam on held-out tasks.
+  output = capsys.readouterr().out
+  assert "learned vs adam (lr tuned per task) on 2 held-out tasks, 6 steps" in output
+  saved = json.load(open(tmp_path / local.EVAL_DIRNAME / "evaluation.json"))
+  assert len(saved["tuned_learning_rates"]["adam (lr tuned per task)"]) == 2
+  assert os.path.getsize(tmp_path / local.EVAL_DIRNAME / "curves.png") > 5000
 
 
 def _launch(train_dir, steps, extra=()):
@@ -128,6 +140,7 @@ def _launch(train_dir, steps, extra=()):
     f"--num_outer_steps={steps}",
     f"--gin_file={os.path.join(testing_utils.REPO, 'gin/quickstart.gin')}",
     "--gin_bindings=outer_training.checkpoint_every_secs = 0",  # A checkpoint after every step.
+    "--gin_bindings=train_local.final_evaluation = None",
     # The quickstart's machinery on quadratic tasks, which compile in a moment.
     "--gin_bindings=outer_training.family = @QuadraticFamily()",
     "--gin_bindings=QuadraticFamily.dim = 4",

@@ -1,0 +1,104 @@
+"""Evaluation: the same losses as the inner-training loop, the LR grid, comparisons, outputs."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import testing_utils
+
+from task_specific_learned_opt import checkpoints, evaluation, inner_training
+from task_specific_learned_opt.learned_optimizers import mlp_lopt
+from task_specific_learned_opt.optimizers import adam
+from task_specific_learned_opt.tasks import base as task_base
+from task_specific_learned_opt.tasks import quadratic
+
+
+class _IsotropicQuadratics(task_base.TaskFamily):
+  """Quadratics with every curvature equal to h: SGD's best learning rate is exactly 1/h."""
+
+  def __init__(self, curvature):
+    self.curvature = curvature
+    self.name = f"isotropic_quadratic_{curvature}"
+
+  def sample(self, seed):
+    seed = int(np.random.default_rng(np.asarray(seed)).integers(2**31))
+    return quadratic.QuadraticTask(
+      dim=4, seed=seed, min_curvature=self.curvature, max_curvature=self.curvature
+    )
+
+
+def test_curve_steps_are_log_spaced_distinct_and_end_at_num_steps():
+  steps = evaluation.curve_steps(10000, 30)
+  assert steps[0] == 0 and steps[1] == 1 and steps[-1] == 10000
+  assert np.all(np.diff(steps) > 0) and 20 < len(steps) <= 31
+
+
+def test_eval_of_adam_gives_the_losses_of_the_inner_training_loop():
+  family = testing_utils.small_generated_family()
+  task = family.sample(3)
+  opt = adam.Adam(learning_rate=3e-3)
+  seed = evaluation.run_seed(0, 0, 1)
+  points = evaluation.curve_steps(40, 6)  # Chunks of uneven lengths.
+  run = evaluation.evaluate_run(
+    family, task, evaluation.fixed("adam", opt), 40, seed, points, num_eval_batches=2
+  )
+  direct = inner_training.train(task, opt, 40, seed)
+  np.testing.assert_allclose(run["losses"], direct.losses.numpy(), rtol=1e-5, atol=1e-6)
+  # The final test loss is the model's loss on the test batches at the final parameters.
+  params = opt.get_params(direct.state)
+  test_seed = evaluation.seeds_lib.fold_in(evaluation.seeds_lib.fold_in(seed, 2), 1)
+  batches = [task.batch("test", evaluation.seeds_lib.fold_in(test_seed, i)) for i in range(2)]
+  expected = np.mean([float(task.loss(params, b)) for b in batches])
+  assert run["test_loss"][-1] == pytest.approx(expected, rel=1e-4)
+  assert run["train_loss"][0] > run["train_loss"][-1]  # Adam trained it.
+  assert 0.0 <= run["test_accuracy"][-1] <= 1.0
+
+
+@pytest.mark.parametrize("curvature,best", [(1.0, 1.0), (0.1, 10.0)])
+def test_the_learning_rate_grid_finds_the_known_optimum(curvature, best):
+  chosen, rates = evaluation.tune_learning_rate_per_task(
+    _IsotropicQuadratics(curvature), "sgd", num_tasks=2, num_inits=2, num_steps=20, num_points=4
+  )
+  np.testing.assert_allclose(rates, [best, best], rtol=1e-6)
+  assert chosen["mean_loss"].shape == (2, 2)
+
+
+def test_compare_counts_the_tasks_the_learned_optimizer_wins():
+  results = {
+    "learned": {"mean_loss": np.array([[1.0, 1.0], [2.0, 2.0], [3.0, 1.0]])},
+    "adam": {"mean_loss": np.array([[2.0, 2.0], [1.0, 1.0], [2.5, 2.5]])},
+  }
+  c = evaluation.compare({"results": results}, "learned", "adam")
+  np.testing.assert_allclose(c["difference"], [1.0, -1.0, 0.5])
+  assert c["fraction_learned_wins"] == pytest.approx(2 / 3)
+
+
+def test_evaluate_writes_results_and_plots(tmp_path):
+  lopt = mlp_lopt.MLPLOpt()
+  checkpoints.save_theta(str(tmp_path / "theta"), lopt.init(0))
+  result = evaluation.evaluate(
+    str(tmp_path / "eval"),
+    {"learned": str(tmp_path / "theta")},
+    family=quadratic.QuadraticFamily(dim=4),
+    lopt=lopt,
+    optimizers={"adam 1e-2": adam.Adam(1e-2)},
+    tuned_baselines=("adam",),
+    learning_rates=(1e-3, 1e-1),
+    num_tasks=3,
+    num_inits=2,
+    num_steps=30,
+    num_points=5,
+    num_eval_batches=1,
+  )
+  paths = result["paths"]
+  for key in ("curves", "curves_wallclock"):
+    assert os.path.getsize(paths[key]) > 5000
+  histograms = [k for k in paths if k.startswith("histogram")]
+  assert len(histograms) == 1 and os.path.getsize(paths[histograms[0]]) > 5000
+  saved = json.load(open(paths["json"]))
+  assert set(saved["results"]) == {"learned", "adam 1e-2", "adam (lr tuned per task)"}
+  assert np.shape(saved["results"]["learned"]["test_loss"]) == (3, 2, len(saved["steps"]))
+  rows = open(paths["csv"]).read().splitlines()
+  assert len(rows) == 1 + 3 * 3 * 2 * len(saved["steps"])
+  assert saved["comparisons"][0]["baseline"] == "adam (lr tuned per task)"
