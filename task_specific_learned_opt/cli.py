@@ -10,7 +10,7 @@ import sys
 
 from absl import flags
 
-from task_specific_learned_opt import benchmark, checkpoints, gin_config
+from task_specific_learned_opt import baselines, benchmark, checkpoints, gin_config
 from task_specific_learned_opt.distributed import cluster, local
 from task_specific_learned_opt.tasks import tfds_source
 
@@ -21,6 +21,7 @@ USER_ERRORS = (
   checkpoints.ThetaMismatchError,
   benchmark.DeviceNotFoundError,
   cluster.ClusterError,
+  baselines.SearchError,
 )
 
 

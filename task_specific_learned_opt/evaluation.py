@@ -117,7 +117,7 @@ class _Compiled:
       return metrics
 
     self.init, self.run = init, run
-    self.metrics = {split: metrics_fn(split) for split in ("train", "test")}
+    self.metrics = {split: metrics_fn(split) for split in ("train", "valid", "test")}
 
 
 _COMPILED = {}
@@ -139,6 +139,7 @@ def evaluate_run(
   seed: seeds_lib.SeedLike,
   points: np.ndarray,
   num_eval_batches: int = 5,
+  splits: Sequence[str] = ("train", "test"),
 ) -> dict:
   """One inner run of `candidate` on `task`, measured at `points` (steps, starting with 0).
 
@@ -153,11 +154,12 @@ def evaluate_run(
   eval_seed = seeds_lib.fold_in(seed, 2)
   values = tf.nest.map_structure(tf.convert_to_tensor, candidate.values)
   state = compiled.init(task.data, values, init_seed)
-  record = {f"{s}_{m}": [] for s in ("train", "test") for m in ("loss", "accuracy")}
+  record = {f"{s}_{m}": [] for s in splits for m in ("loss", "accuracy")}
   losses, timed_steps, timed_seconds, done = [], 0, 0.0, 0
 
   def measure():
-    for i, split in enumerate(("train", "test")):
+    for split in splits:
+      i = ("train", "test", "valid").index(split)
       loss, accuracy = compiled.metrics[split](
         task.data, values, state, seeds_lib.fold_in(eval_seed, i)
       )

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 # Imported for their @gin.configurable registrations.
 from task_specific_learned_opt import (  # noqa: F401
+  baselines,
   benchmark,
   evaluation,
   inner_comparison,

@@ -1,0 +1,114 @@
+"""Baseline searches: the random-search space, the LR grid's answer, resuming, processes."""
+
+import json
+import os
+
+import gin
+import numpy as np
+import pytest
+
+from task_specific_learned_opt import baselines, gin_config
+from task_specific_learned_opt.tasks import base as task_base
+from task_specific_learned_opt.tasks import quadratic
+
+
+class _IsotropicQuadratics(task_base.TaskFamily):
+  """Quadratics with every curvature equal to h: SGD's best learning rate is exactly 1/h."""
+
+  def __init__(self, curvature):
+    self.curvature = curvature
+    self.name = f"isotropic_quadratic_{curvature}"
+
+  def sample(self, seed):
+    seed = int(np.random.default_rng(np.asarray(seed)).integers(2**31))
+    return quadratic.QuadraticTask(
+      dim=4, seed=seed, min_curvature=self.curvature, max_curvature=self.curvature
+    )
+
+
+@pytest.fixture(autouse=True)
+def _clean_gin():
+  gin.clear_config()
+  yield
+  gin.clear_config()
+
+
+def _setup(family, **kwargs):
+  gin.bind_parameter("baseline_search.family", family)
+  for name, value in kwargs.items():
+    gin.bind_parameter(f"baseline_search.{name}", value)
+
+
+def test_random_search_samples_every_hyperparameter_in_range_reproducibly():
+  for kind in ("adam", "rmsprop", "sgdm"):
+    configs = [baselines.sample_hparams(kind, 0, i) for i in range(200)]
+    assert configs[3] == baselines.sample_hparams(kind, 0, 3)
+    assert set(configs[0]) == set(baselines.HPARAMS[kind])
+    for name, (low, high) in baselines.LOG_UNIFORM.items():
+      if name in configs[0]:
+        values = np.array([c[name] for c in configs])
+        assert low <= values.min() and values.max() <= high
+        # Uniform in log space: about half below the geometric middle.
+        assert 0.35 < np.mean(values < np.sqrt(low * high)) < 0.65
+  adam = [baselines.sample_hparams("adam", 0, i) for i in range(200)]
+  assert all(0 <= c["beta1"] <= 0.999 and 0 <= c["beta2"] <= 1 - 1e-5 for c in adam)
+  assert {c["nesterov"] for c in (baselines.sample_hparams("sgdm", 0, i) for i in range(20))} == {
+    False,
+    True,
+  }
+
+
+def test_the_lr_grid_finds_the_known_optimum_per_task(tmp_path):
+  _setup(_IsotropicQuadratics(1.0), num_tasks=3, num_inits=1, num_steps=20)
+  best = baselines.tune_baselines(str(tmp_path), mode="lr_grid", kinds=("sgd",))
+  assert best["best"]["sgd"]["learning_rate_per_task"] == pytest.approx([1.0, 1.0, 1.0])
+  saved = json.load(open(tmp_path / baselines.BEST_FILENAME))
+  assert saved["best"]["sgd"]["learning_rate_per_task"] == pytest.approx([1.0] * 3)
+
+
+def test_a_random_search_resumes_from_a_partial_results_file(tmp_path, monkeypatch):
+  _setup(quadratic.QuadraticFamily(dim=4), num_tasks=2, num_steps=15, objective="valid")
+  kwargs = dict(mode="random_search", kinds=("adam", "sgdm"), num_configs=3)
+  straight = baselines.tune_baselines(str(tmp_path / "straight"), **kwargs)
+  path = tmp_path / "straight" / baselines.RESULTS_FILENAME
+  lines = open(path).read().splitlines()
+  assert len(lines) == 1 + 6  # The signature and six configurations.
+  os.makedirs(tmp_path / "resumed")
+  with open(tmp_path / "resumed" / baselines.RESULTS_FILENAME, "w") as f:
+    f.write("\n".join(lines[:5]) + "\n" + lines[5][:30])  # Killed while writing line 6.
+  evaluated = []
+  original = baselines.evaluate_config
+  monkeypatch.setattr(
+    baselines, "evaluate_config", lambda s, c: evaluated.append(c["id"]) or original(s, c)
+  )
+  resumed = baselines.tune_baselines(str(tmp_path / "resumed"), **kwargs)
+  assert evaluated == [json.loads(lines[5])["id"], json.loads(lines[6])["id"]]
+  assert resumed == straight
+  for kind in ("adam", "sgdm"):
+    assert np.isfinite(resumed["best"][kind]["objective"])
+
+
+def test_a_results_file_of_another_search_is_refused(tmp_path):
+  _setup(quadratic.QuadraticFamily(dim=4), num_tasks=1, num_steps=5)
+  baselines.tune_baselines(str(tmp_path), mode="lr_grid", kinds=("sgd",), learning_rates=(0.1,))
+  gin.bind_parameter("baseline_search.num_steps", 6)
+  with pytest.raises(baselines.SearchError, match="other settings"):
+    baselines.tune_baselines(str(tmp_path), mode="lr_grid", kinds=("sgd",), learning_rates=(0.1,))
+
+
+@pytest.mark.integration
+def test_processes_give_the_same_results_as_one(tmp_path):
+  bindings = [
+    "baseline_search.family = @QuadraticFamily()",
+    "QuadraticFamily.dim = 4",
+    "baseline_search.num_tasks = 2",
+    "baseline_search.num_steps = 10",
+    "tune_baselines.mode = 'lr_grid'",
+    "tune_baselines.kinds = ('adam',)",
+    "tune_baselines.learning_rates = (0.01, 0.1, 1.0)",
+  ]
+  results = []
+  for processes in (1, 2):
+    gin_config.parse([], bindings + [f"tune_baselines.num_processes = {processes}"])
+    results.append(baselines.tune_baselines(str(tmp_path / str(processes))))
+  assert results[0] == results[1]
