@@ -20,6 +20,7 @@ so an evaluation's per-step losses are those of the plain inner-training loop.
 import csv
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -407,7 +408,7 @@ def write(evaluation: dict, output_dir: str, title: str, comparisons: Sequence[d
   plot_curves(evaluation, paths["curves"], title)
   plot_curves(evaluation, paths["curves_wallclock"], title + " (wall-clock)", wallclock=True)
   for c in comparisons:
-    key = f"histogram_{c['baseline']}_vs_{c['learned']}".replace(" ", "_").replace("/", "-")
+    key = re.sub(r"[^A-Za-z0-9.=-]+", "_", f"histogram_{c['baseline']}_vs_{c['learned']}")
     paths[key] = os.path.join(output_dir, f"{key}.png")
     plot_histogram(c, paths[key])
   return paths
