@@ -467,10 +467,30 @@ def run_evaluation(
   return evaluation
 
 
-@gin.configurable(denylist=["output_dir", "thetas"])
+def searched_baselines(path: str) -> list[Candidate]:
+  """The winners of a random search (bin/tune_baselines' best.json) as fixed candidates."""
+  from task_specific_learned_opt import baselines  # Imports this module.
+
+  with open(path) as f:
+    best = json.load(f)
+  if best["signature"]["mode"] != "random_search":
+    raise ValueError(
+      f"{path} is not a random search's best.json (mode {best['signature']['mode']})."
+    )
+  objective = best["signature"]["objective"]
+  return [
+    baselines.candidate(
+      {"id": f"{kind}+reg+decay (L_{objective})", "kind": kind, "hparams": b["hparams"]}
+    )
+    for kind, b in best["best"].items()
+  ]
+
+
+@gin.configurable(denylist=["output_dir", "thetas", "searched"])
 def evaluate(
   output_dir: str,
   thetas: Mapping[str, str] | None = None,
+  searched: Sequence[str] = (),
   family: task_base.TaskFamily = gin.REQUIRED,
   lopt: lopt_base.LearnedOptimizer | None = None,
   optimizers: Mapping[str, opt_base.Optimizer] | None = None,
@@ -488,6 +508,8 @@ def evaluate(
   Args:
     output_dir: where the results and plots go.
     thetas: {name: theta export directory} of `lopt`.
+    searched: best.json files of random searches (bin/tune_baselines); their winners run as
+      fixed candidates (the paper's Adam+Reg+Decay curves).
     family: the held-out tasks (e.g. the outer-test classes).
     lopt: the learned optimizer the thetas belong to.
     optimizers: {name: hand-designed optimizer with fixed hyper-parameters}.
@@ -509,6 +531,8 @@ def evaluate(
       raise ValueError("Evaluating a theta needs evaluate.lopt (the learned optimizer) in gin.")
     candidates.append(learned(name, lopt, checkpoints.load_theta(directory, lopt)))
   candidates += [fixed(name, opt) for name, opt in (optimizers or {}).items()]
+  for path in searched:
+    candidates += searched_baselines(path)
   return run_evaluation(
     output_dir,
     family,

@@ -102,3 +102,35 @@ def test_evaluate_writes_results_and_plots(tmp_path):
   rows = open(paths["csv"]).read().splitlines()
   assert len(rows) == 1 + 3 * 3 * 2 * len(saved["steps"])
   assert saved["comparisons"][0]["baseline"] == "adam (lr tuned per task)"
+
+
+def test_the_winners_of_a_random_search_are_evaluated(tmp_path):
+  import gin
+
+  from task_specific_learned_opt import baselines
+
+  gin.clear_config()
+  gin.bind_parameter("baseline_search.family", quadratic.QuadraticFamily(dim=4))
+  gin.bind_parameter("baseline_search.num_tasks", 2)
+  gin.bind_parameter("baseline_search.num_steps", 10)
+  try:
+    best = baselines.tune_baselines(
+      str(tmp_path / "search"), mode="random_search", kinds=("adam", "sgdm"), num_configs=2
+    )
+  finally:
+    gin.clear_config()
+  candidates = evaluation.searched_baselines(str(tmp_path / "search" / baselines.BEST_FILENAME))
+  assert [c.name for c in candidates] == ["adam+reg+decay (L_train)", "sgdm+reg+decay (L_train)"]
+  family = quadratic.QuadraticFamily(dim=4)
+  task = family.sample(evaluation.task_seed(0, 0))
+  # The winner's objective is reproduced by evaluating it on the search's first run.
+  run = evaluation.evaluate_run(
+    family, task, candidates[0], 10, evaluation.run_seed(0, 0, 0), np.array([0, 10]), 1
+  )
+  winner = best["best"]["adam"]["id"]
+  record = [
+    json.loads(line)
+    for line in open(tmp_path / "search" / baselines.RESULTS_FILENAME).read().splitlines()[1:]
+    if json.loads(line)["id"] == winner
+  ][0]
+  assert np.mean(run["losses"]) == pytest.approx(record["objective"][0][0], rel=1e-5)
