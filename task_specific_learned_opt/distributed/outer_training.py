@@ -48,6 +48,9 @@ SUMMARY_KEYS = (
   "samples_per_second",
   "mean_staleness",
   "max_staleness",
+  "num_lost_theta",  # Cluster mode: samples of a theta a restarted chief never had.
+  "num_duplicate",
+  "num_workers_in_batch",
 )
 
 
