@@ -8,22 +8,12 @@ import numpy as np
 import pytest
 
 from task_specific_learned_opt import baselines, gin_config
-from task_specific_learned_opt.tasks import base as task_base
 from task_specific_learned_opt.tasks import quadratic
 
 
-class _IsotropicQuadratics(task_base.TaskFamily):
+def _isotropic_quadratics(curvature):
   """Quadratics with every curvature equal to h: SGD's best learning rate is exactly 1/h."""
-
-  def __init__(self, curvature):
-    self.curvature = curvature
-    self.name = f"isotropic_quadratic_{curvature}"
-
-  def sample(self, seed):
-    seed = int(np.random.default_rng(np.asarray(seed)).integers(2**31))
-    return quadratic.QuadraticTask(
-      dim=4, seed=seed, min_curvature=self.curvature, max_curvature=self.curvature
-    )
+  return quadratic.QuadraticFamily(dim=4, min_curvature=curvature, max_curvature=curvature)
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +49,7 @@ def test_random_search_samples_every_hyperparameter_in_range_reproducibly():
 
 
 def test_the_lr_grid_finds_the_known_optimum_per_task(tmp_path):
-  _setup(_IsotropicQuadratics(1.0), num_tasks=3, num_inits=1, num_steps=20)
+  _setup(_isotropic_quadratics(1.0), num_tasks=3, num_inits=1, num_steps=20)
   best = baselines.tune_baselines(str(tmp_path), mode="lr_grid", kinds=("sgd",))
   assert best["best"]["sgd"]["learning_rate_per_task"] == pytest.approx([1.0, 1.0, 1.0])
   saved = json.load(open(tmp_path / baselines.BEST_FILENAME))

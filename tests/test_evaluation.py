@@ -10,22 +10,12 @@ import testing_utils
 from task_specific_learned_opt import checkpoints, evaluation, inner_training
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.optimizers import adam
-from task_specific_learned_opt.tasks import base as task_base
 from task_specific_learned_opt.tasks import quadratic
 
 
-class _IsotropicQuadratics(task_base.TaskFamily):
+def _isotropic_quadratics(curvature):
   """Quadratics with every curvature equal to h: SGD's best learning rate is exactly 1/h."""
-
-  def __init__(self, curvature):
-    self.curvature = curvature
-    self.name = f"isotropic_quadratic_{curvature}"
-
-  def sample(self, seed):
-    seed = int(np.random.default_rng(np.asarray(seed)).integers(2**31))
-    return quadratic.QuadraticTask(
-      dim=4, seed=seed, min_curvature=self.curvature, max_curvature=self.curvature
-    )
+  return quadratic.QuadraticFamily(dim=4, min_curvature=curvature, max_curvature=curvature)
 
 
 def test_curve_steps_are_log_spaced_distinct_and_end_at_num_steps():
@@ -58,7 +48,7 @@ def test_eval_of_adam_gives_the_losses_of_the_inner_training_loop():
 @pytest.mark.parametrize("curvature,best", [(1.0, 1.0), (0.1, 10.0)])
 def test_the_learning_rate_grid_finds_the_known_optimum(curvature, best):
   chosen, rates = evaluation.tune_learning_rate_per_task(
-    _IsotropicQuadratics(curvature), "sgd", num_tasks=2, num_inits=2, num_steps=20, num_points=4
+    _isotropic_quadratics(curvature), "sgd", num_tasks=2, num_inits=2, num_steps=20, num_points=4
   )
   np.testing.assert_allclose(rates, [best, best], rtol=1e-6)
   assert chosen["mean_loss"].shape == (2, 2)

@@ -32,7 +32,28 @@ def to_float(images: tf.Tensor) -> tf.Tensor:
   return tf.cast(images, tf.float32) / 127.5 - 1.0
 
 
-class ImageTask(base.Task):
+class Classifier(base.Task):
+  """Softmax cross-entropy and accuracy of `self.model` on batches {"image", "label"}.
+
+  Subclasses set `model` and `image_shape` ([H, W, C]) and say where batches come from.
+  """
+
+  def init_params(self, seed: seeds_lib.SeedLike) -> dict:
+    return self.model.init(seeds_lib.as_seed(seed), self.image_shape)
+
+  def loss(self, params: dict, batch: dict) -> tf.Tensor:
+    logits = self.model.apply(params, batch["image"])
+    return tf.reduce_mean(
+      tf.nn.sparse_softmax_cross_entropy_with_logits(labels=batch["label"], logits=logits)
+    )
+
+  def accuracy(self, params: dict, batch: dict) -> tf.Tensor:
+    logits = self.model.apply(params, batch["image"])
+    predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    return tf.reduce_mean(tf.cast(tf.equal(predictions, batch["label"]), tf.float32))
+
+
+class ImageTask(Classifier):
   """Softmax cross-entropy of `model` on labelled images, by split."""
 
   def __init__(
@@ -70,20 +91,6 @@ class ImageTask(base.Task):
     task = copy.copy(self)
     task.splits = {k: LabelledImages(*v) for k, v in data.items()}
     return task
-
-  def init_params(self, seed: seeds_lib.SeedLike) -> dict:
-    return self.model.init(seeds_lib.as_seed(seed), self.image_shape)
-
-  def loss(self, params: dict, batch: dict) -> tf.Tensor:
-    logits = self.model.apply(params, batch["image"])
-    return tf.reduce_mean(
-      tf.nn.sparse_softmax_cross_entropy_with_logits(labels=batch["label"], logits=logits)
-    )
-
-  def accuracy(self, params: dict, batch: dict) -> tf.Tensor:
-    logits = self.model.apply(params, batch["image"])
-    predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
-    return tf.reduce_mean(tf.cast(tf.equal(predictions, batch["label"]), tf.float32))
 
   def batch(self, split: str, seed: seeds_lib.SeedLike) -> dict:
     base.check_split(split)

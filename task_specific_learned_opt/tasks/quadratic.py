@@ -61,13 +61,31 @@ class QuadraticTask(base.Task):
 
 @gin.configurable
 class QuadraticFamily(base.TaskFamily):
-  """Quadratics whose centres are drawn from the family's seed."""
+  """Quadratics whose centres are drawn from the family's seed.
 
-  def __init__(self, dim: int = 10, noise_std: float = 0.0):
+  With min_curvature == max_curvature == h every task is isotropic, and SGD's best learning rate
+  is exactly 1/h (one step to the minimum): a known answer for learning-rate searches.
+  """
+
+  def __init__(
+    self,
+    dim: int = 10,
+    noise_std: float = 0.0,
+    min_curvature: float = 0.1,
+    max_curvature: float = 1.0,
+  ):
     self.dim = dim
     self.noise_std = noise_std
+    self.min_curvature = min_curvature
+    self.max_curvature = max_curvature
     self.name = f"quadratic{dim}"
 
   def sample(self, seed: seeds_lib.SeedLike) -> QuadraticTask:
     task_seed = int(np.random.default_rng(seeds_lib.to_numpy_seed(seed)).integers(2**31))
-    return QuadraticTask(dim=self.dim, seed=task_seed, noise_std=self.noise_std)
+    return QuadraticTask(
+      dim=self.dim,
+      seed=task_seed,
+      min_curvature=self.min_curvature,
+      max_curvature=self.max_curvature,
+      noise_std=self.noise_std,
+    )

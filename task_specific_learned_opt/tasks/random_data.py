@@ -17,11 +17,11 @@ import gin
 import tensorflow as tf
 
 from task_specific_learned_opt import seeds as seeds_lib
-from task_specific_learned_opt.tasks import base, networks
+from task_specific_learned_opt.tasks import base, image_task, networks
 
 
 @gin.configurable
-class RandomDataTask(base.Task):
+class RandomDataTask(image_task.Classifier):
   """Softmax cross-entropy of `model` on uniformly random images and labels."""
 
   def __init__(
@@ -44,15 +44,6 @@ class RandomDataTask(base.Task):
     self.num_classes = int(num_classes)
     self.batch_size = int(batch_size)
     self.name = f"random_data_{getattr(model, 'name', 'model')}"
-
-  def init_params(self, seed: seeds_lib.SeedLike) -> dict:
-    return self.model.init(seeds_lib.as_seed(seed), self.image_shape)
-
-  def loss(self, params: dict, batch: dict) -> tf.Tensor:
-    logits = self.model.apply(params, batch["image"])
-    return tf.reduce_mean(
-      tf.nn.sparse_softmax_cross_entropy_with_logits(labels=batch["label"], logits=logits)
-    )
 
   def batch(self, split: str, seed: seeds_lib.SeedLike) -> dict:
     """A batch drawn from `seed` and the split: {"image": float32, "label": int32}."""

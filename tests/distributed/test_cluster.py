@@ -21,7 +21,7 @@ import testing_utils
 
 from task_specific_learned_opt import checkpoints
 from task_specific_learned_opt.distributed import chief as chief_lib
-from task_specific_learned_opt.distributed import cluster, outer_training
+from task_specific_learned_opt.distributed import cluster, launch, outer_training
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 
 NAMESPACE_VARIABLE = "TASK_SPECIFIC_LEARNED_OPT_IN_NETNS"
@@ -220,16 +220,6 @@ def _reran_in_namespace(request) -> bool:
   return True
 
 
-def _free_ports(n):
-  sockets = [socket.socket() for _ in range(n)]
-  for s in sockets:
-    s.bind(("127.0.0.1", 0))
-  ports = [s.getsockname()[1] for s in sockets]
-  for s in sockets:
-    s.close()
-  return ports
-
-
 SMOKE = [
   # The quickstart's machinery on quadratic tasks, which compile in a moment.
   "outer_training.family = @QuadraticFamily()",
@@ -250,11 +240,7 @@ class Cluster:
   def __init__(self, directory, num_workers, steps):
     self.directory = directory
     self.steps = steps  # Chief and workers must be given the same experiment.
-    ports = _free_ports(num_workers + 1)
-    self.spec = {
-      "chief": [f"127.0.0.1:{ports[0]}"],
-      "worker": [f"127.0.0.1:{p}" for p in ports[1:]],
-    }
+    self.spec = launch.loopback_cluster(num_workers)
     self.train_dir = os.path.join(directory, "train")
     self.processes = []
 
