@@ -15,8 +15,8 @@ feature_set="original_code" gives the authors' code's 22 normalised columns + 9 
 
 Two implementations of this one update rule (App. I: the update should cost little next to the
 gradient). `reference_opt_fn` writes the steps above out per tensor. `opt_fn`, used everywhere,
-computes the same function with three small matmuls and one ReLU per tensor. With n elements and
-the momenta stored decay-major ([num_decays, *shape]), every row below is a contiguous [n] vector:
+computes the same function with a few small matmuls. With n elements and the momenta stored
+decay-major ([num_decays, *shape]), every row below is a contiguous [n] vector:
   Z = [g; w; 1; m_old]                       the inputs, one concat              [k, n], k = 3 + D
   Y = B Z = [g; w; 1; m_new]                 the momentum update as one matmul
   X = C Y                                    the feature columns (never materialised)
@@ -28,6 +28,14 @@ The normalisation, the feature map and the time features fold into the [hidden, 
 tensor (x_c s_c W_0[c] = x_c (s_c W_0[c])), and the output bias rides on an extra hidden unit that
 is always relu(1) = 1. For the paper's features and the ablations C only selects rows of Y, so A is
 [W_0^T, b_t] with its columns scaled and permuted, and the hidden layer reads only the rows it uses.
+Three things keep the number and cost of ops per step down (each measured, see the README):
+  - what depends on theta alone ([W_0^T, b], [W_1^T, b_1], where the time features go) is built
+    once where opt_fn(theta) is called, outside the inner loop; a step adds time(t) @ W_time;
+  - the ReLU runs inside the hidden layer's matmul kernel (see _relu_matmul);
+  - tensors of at most GROUP_MAX_ELEMENTS elements share one pipeline: their columns side by side
+    in one [k, sum(n)] matrix, each normalised per element by its own tensor's root mean squares
+    (a tiny [k, tensors] matrix spread by a matmul), so that biases and small layers cost a few
+    ops together instead of ~20 each.
 
 Note: the time features are the same for every element of every tensor, so their contribution to
 the hidden layer is computed once per step and added as a bias. Both implementations compute the
@@ -52,6 +60,8 @@ STEP_SCALE = 1e-3  # lambda_lin and lambda_exp, App. D.1.
 # Rows of Z and Y in the fast update: g, w, a row of ones, then the momenta.
 ONES_ROW = 2
 MOMENTA_ROW = 3
+# Tensors this small share one pipeline in the fast update (see _MLPLOptOptimizer).
+GROUP_MAX_ELEMENTS = 4096
 
 
 class MLPLOptState(NamedTuple):
@@ -136,7 +146,7 @@ def _decays_first(momenta: tf.Tensor) -> tf.Tensor:
 
 
 class _Optimizer(opt_base.Optimizer):
-  """What both implementations share: theta, the state and the per-step time bias."""
+  """What both implementations share: theta and the state."""
 
   name = "mlp_lopt"
 
@@ -153,6 +163,18 @@ class _Optimizer(opt_base.Optimizer):
       ),
       iteration=tf.constant(0, tf.int32),
     )
+
+  def _pack(self, state: MLPLOptState, new: list) -> MLPLOptState:
+    """The next state from [(new param, new momenta)] in the order of tf.nest.flatten."""
+    return MLPLOptState(
+      params=tf.nest.pack_sequence_as(state.params, [p for p, _ in new]),
+      momenta=tf.nest.pack_sequence_as(state.momenta, [m for _, m in new]),
+      iteration=state.iteration + 1,
+    )
+
+
+class _ReferenceMLPLOptOptimizer(_Optimizer):
+  """The update written out per tensor, as in the paper: the specification of `opt_fn`."""
 
   def _time_bias(self, iteration: tf.Tensor) -> tf.Tensor | None:
     """time_features(t) @ W_time: the time features' share of the hidden pre-activation."""
@@ -172,15 +194,7 @@ class _Optimizer(opt_base.Optimizer):
         strict=True,
       )
     ]
-    return MLPLOptState(
-      params=tf.nest.pack_sequence_as(state.params, [p for p, _ in new]),
-      momenta=tf.nest.pack_sequence_as(state.momenta, [m for _, m in new]),
-      iteration=state.iteration + 1,
-    )
-
-
-class _ReferenceMLPLOptOptimizer(_Optimizer):
-  """The update written out per tensor, as in the paper: the specification of `opt_fn`."""
+    return self._pack(state, new)
 
   def update(
     self, state: MLPLOptState, grads: opt_base.Params, loss: tf.Tensor | None = None
@@ -201,25 +215,34 @@ class _ReferenceMLPLOptOptimizer(_Optimizer):
     return self._apply(state, grads, update_tensor)
 
 
-class _StepWeights(NamedTuple):
-  """What every tensor's fast update shares within one step."""
+class _ThetaWeights(NamedTuple):
+  """What every tensor's fast update shares and what depends on theta alone (not on the step)."""
 
-  w0: tf.Tensor  # [hidden + 1, columns + 1]: [[W_0^T, b_t], [0, 1]] (the last unit is always on).
+  w0: tf.Tensor  # [hidden + 1, columns + 1]: [[W_0^T, b], [0, 1]] (the last unit is always on).
+  time_to_w0: tf.Tensor | None  # [num_time_features, w0.size]: time(t) @ this adds W_time^T time(t)
+  # to w0's bias column; None without time features.
   w1: tf.Tensor  # [2, hidden + 1]: diag(lambda_lin, lambda_exp) [W_1^T, b_1].
   b: tf.Tensor  # [k, k]: Y = B Z.
   c: tf.Tensor | None  # [columns + 1, k]: [C; e_1]; None when it only selects rows of Y.
   c_squared: tf.Tensor | None  # c ** 2 (elementwise).
   epsilon: tf.Tensor  # [columns + 1]: the normaliser's epsilon, 0 for the bias column.
+  zero: tf.Tensor | None = None  # 0.0, but not a graph constant (see _relu_matmul); set per step.
 
 
 class _MLPLOptOptimizer(_Optimizer):
-  """The same update with the normalisation and features folded into one matrix per tensor."""
+  """The same update with the normalisation and features folded into one matrix per tensor.
+
+  What depends on theta alone is computed once, where `opt_fn(theta)` is called (outside the inner
+  training loop), so each step only adds the time features' share to the hidden bias. Tensors of
+  at most `GROUP_MAX_ELEMENTS` elements (biases, a first conv layer, a last linear layer) share one
+  pipeline, normalised per element, so that their dozens of tiny ops become a few.
+  """
 
   def __init__(self, lopt: "MLPLOpt", theta: base.Theta):
     super().__init__(lopt, theta)
     b, c = feature_maps(lopt)
     c = np.concatenate([c, np.eye(1, c.shape[1], ONES_ROW, np.float32)])  # The bias column.
-    # numpy, not tensors: opt_fn and update may run in different graphs.
+    # numpy, not tensors: the constants go into whichever graph builds the update.
     self._b, self._c = b, c
     # When column j of [X, 1] is row rows[j] of Y and those rows are Y's first ones, A is w0 with
     # its columns permuted, and the hidden layer needs only those rows.
@@ -228,19 +251,16 @@ class _MLPLOptOptimizer(_Optimizer):
     self._permutation = None
     if selects and sorted(rows) == list(range(len(rows))):
       self._permutation = np.argsort(rows)
+    self._theta_weights = self._make_theta_weights()
 
-  def _step_weights(self, iteration: tf.Tensor) -> _StepWeights:
-    """The parts of A and the output layer that are the same for every tensor."""
+  def _make_theta_weights(self) -> _ThetaWeights:
     lopt, theta = self.lopt, self.theta
     num_columns = self._c.shape[0] - 1
-    bias = theta["hidden"]["b"]
-    time_bias = self._time_bias(iteration)
-    if time_bias is not None:
-      bias += time_bias
-    w0 = tf.concat([tf.transpose(theta["hidden"]["w"][:num_columns]), bias[:, None]], 1)
+    bias_column = num_columns
+    w0 = tf.concat(
+      [tf.transpose(theta["hidden"]["w"][:num_columns]), theta["hidden"]["b"][:, None]], 1
+    )
     w0 = tf.concat([w0, tf.one_hot([num_columns], num_columns + 1)], 0)
-    output = tf.concat([tf.transpose(theta["output"]["w"]), theta["output"]["b"][:, None]], 1)
-    scale = tf.constant([[lopt.step_scale_lin], [lopt.step_scale_exp]], tf.float32)
     epsilon = np.full([num_columns + 1], lopt.normalizer_epsilon, np.float32)
     epsilon[-1] = 0.0  # rsqrt(mean(1^2) + 0) = 1 exactly: the bias column is not rescaled.
     c = c_squared = None
@@ -249,8 +269,18 @@ class _MLPLOptOptimizer(_Optimizer):
     else:
       w0 = tf.gather(w0, self._permutation, axis=1)
       epsilon = epsilon[self._permutation]
-    return _StepWeights(
+      bias_column = int(np.argmax(self._permutation == num_columns))
+    time_to_w0 = None
+    if lopt.use_time:
+      w_time = theta["hidden"]["w"][-len(lopt.time_scales) :]  # [num_time, hidden]
+      w_time = tf.pad(w_time, [[0, 0], [0, 1]])  # The always-on unit gets no time bias.
+      column = tf.one_hot(bias_column, num_columns + 1)
+      time_to_w0 = tf.reshape(w_time[:, :, None] * column, [len(lopt.time_scales), -1])
+    output = tf.concat([tf.transpose(theta["output"]["w"]), theta["output"]["b"][:, None]], 1)
+    scale = tf.constant([[lopt.step_scale_lin], [lopt.step_scale_exp]], tf.float32)
+    return _ThetaWeights(
       w0=w0,
+      time_to_w0=time_to_w0,
       w1=scale * output,
       b=tf.constant(self._b),
       c=c,
@@ -258,39 +288,138 @@ class _MLPLOptOptimizer(_Optimizer):
       epsilon=tf.constant(epsilon),
     )
 
-  def _update_tensor(self, weights: _StepWeights, param, grad, momenta) -> tuple:
-    n = _num_elements(param)
-    num_decays = len(self.lopt.decays)
-    z = tf.concat(
+  def _weights(self, iteration: tf.Tensor) -> _ThetaWeights:
+    """The shared weights at this step: w0 with the time features added to its bias column."""
+    weights = self._theta_weights
+    if not _usable_here(weights.w0):  # opt_fn ran in a graph this update cannot read from.
+      weights = self._make_theta_weights()
+    weights = weights._replace(zero=tf.cast(iteration, tf.float32) * 0.0)
+    if weights.time_to_w0 is None:
+      return weights
+    time = features.time_features(iteration, self.lopt.time_scales)
+    w0 = weights.w0 + tf.reshape(tf.matmul(time[None], weights.time_to_w0), weights.w0.shape)
+    return weights._replace(w0=w0)
+
+  def _inputs(self, param, grad, momenta, n) -> tf.Tensor:
+    """Z = [g; w; 1; m_old], [k, n]."""
+    return tf.concat(
       [
         tf.reshape(grad, [1, n]),
         tf.reshape(param, [1, n]),
         tf.ones([1, n]),
-        tf.reshape(momenta, [num_decays, n]),
+        tf.reshape(momenta, [len(self.lopt.decays), n]),
       ],
       axis=0,
     )
-    y = tf.matmul(weights.b, z)
-    used = y if weights.c is not None else y[: weights.w0.shape[1]]
+
+  def _used_rows(self, weights: _ThetaWeights, y: tf.Tensor) -> tf.Tensor:
+    rows = weights.w0.shape[1]
+    return y if weights.c is not None or rows == y.shape[0] else y[:rows]
+
+  def _steps(self, weights: _ThetaWeights, hidden: tf.Tensor) -> tf.Tensor:
+    o_dir, o_mag = tf.unstack(tf.matmul(weights.w1, hidden, name="output"))
+    return o_dir * tf.exp(o_mag)
+
+  def _update_tensor(self, weights: _ThetaWeights, param, grad, momenta) -> tuple:
+    n = _num_elements(param)
+    y = tf.matmul(weights.b, self._inputs(param, grad, momenta, n), name="momenta")
+    used = self._used_rows(weights, y)
     # The diagonal of the Gram matrix: one efficient matmul instead of a square and a reduction.
-    mean_squares = tf.linalg.diag_part(tf.matmul(used, used, transpose_b=True))
+    mean_squares = tf.linalg.diag_part(tf.matmul(used, used, transpose_b=True, name="gram"))
     mean_squares /= tf.cast(n, tf.float32)
     if weights.c is None:
       a = weights.w0 * tf.math.rsqrt(mean_squares + weights.epsilon)
     else:
       scale = tf.math.rsqrt(tf.linalg.matvec(weights.c_squared, mean_squares) + weights.epsilon)
       a = tf.matmul(weights.w0 * scale, weights.c)
-    hidden = tf.nn.relu(tf.matmul(a, used))
-    o_dir, o_mag = tf.unstack(tf.matmul(weights.w1, hidden))
-    step = tf.reshape(o_dir * tf.exp(o_mag), _shape(param))
-    return param - step, tf.reshape(y[MOMENTA_ROW:], _shape(momenta))
+    step = self._steps(weights, _relu_matmul(a, used, weights.zero, n))
+    return param - tf.reshape(step, _shape(param)), tf.reshape(y[MOMENTA_ROW:], _shape(momenta))
+
+  def _update_group(self, weights: _ThetaWeights, params, grads, momenta) -> list:
+    """The update of several small tensors side by side in one [k, sum(n)] pipeline.
+
+    Each tensor's features are normalised by its own root mean squares, now per element (the
+    segment of every element is a constant), then one hidden layer serves all of them.
+    """
+    sizes = [p.shape.num_elements() for p in params]
+    segment = np.repeat(np.arange(len(sizes)), sizes)
+    owner = np.zeros([len(sizes), len(segment)], np.float32)
+    owner[segment, np.arange(len(segment))] = 1.0  # [tensors, sum(n)]: which tensor owns a column.
+    z = tf.concat(
+      [self._inputs(p, g, m, n) for p, g, m, n in zip(params, grads, momenta, sizes, strict=True)],
+      axis=1,
+    )
+    y = tf.matmul(weights.b, z, name="group_momenta")
+    used = self._used_rows(weights, y)
+    mean_squares = tf.matmul(tf.square(used), owner.T, name="group_sums") / np.float32(
+      sizes
+    )  # [rows, tensors]
+    if weights.c is None:
+      columns = used
+    else:
+      columns = tf.matmul(weights.c, used)
+      mean_squares = tf.matmul(weights.c_squared, mean_squares)
+    scale = tf.math.rsqrt(mean_squares + weights.epsilon[:, None])
+    normalized = columns * tf.matmul(scale, owner, name="group_scale")  # A gather is slower.
+    hidden = _relu_matmul(weights.w0, normalized, weights.zero, len(segment))
+    steps = tf.split(self._steps(weights, hidden), sizes)
+    new_momenta = tf.split(y[MOMENTA_ROW:], sizes, axis=1)
+    return [
+      (p - tf.reshape(s, p.shape), tf.reshape(m_new, m.shape))
+      for p, m, s, m_new in zip(params, momenta, steps, new_momenta, strict=True)
+    ]
 
   def update(
     self, state: MLPLOptState, grads: opt_base.Params, loss: tf.Tensor | None = None
   ) -> MLPLOptState:
     del loss  # The paper's optimizer does not see the loss.
-    weights = self._step_weights(state.iteration)
-    return self._apply(state, grads, lambda p, g, m: self._update_tensor(weights, p, g, m))
+    weights = self._weights(state.iteration)
+    params, flat_grads, momenta = (
+      tf.nest.flatten(state.params),
+      tf.nest.flatten(grads),
+      tf.nest.flatten(state.momenta),
+    )
+    group = [i for i, p in enumerate(params) if _groupable(p)]
+    if len(group) < 2:
+      group = []
+    new = [None] * len(params)
+    if group:
+      grouped = self._update_group(
+        weights, *([x[i] for i in group] for x in (params, flat_grads, momenta))
+      )
+      for i, result in zip(group, grouped, strict=True):
+        new[i] = result
+    for i, (p, g, m) in enumerate(zip(params, flat_grads, momenta, strict=True)):
+      if new[i] is None:
+        new[i] = self._update_tensor(weights, p, g, m)
+    return self._pack(state, new)
+
+
+def _relu_matmul(a: tf.Tensor, x: tf.Tensor, zero: tf.Tensor, n) -> tf.Tensor:
+  """relu(a @ x) for x [k, n], as one matmul kernel with the ReLU fused in.
+
+  Grappler's remapper fuses MatMul + BiasAdd + Relu into one kernel (oneDNN on x86 CPUs); here the
+  bias, over the n columns, is zero. It must not be a constant zero, which grappler removes before
+  it fuses: `zero` is a 0 computed from the step count. A separate Relu on the [hidden + 1, n]
+  activations costs as much as the matmul on one thread and more on two.
+  """
+  return tf.nn.relu(tf.nn.bias_add(tf.matmul(a, x, name="hidden"), tf.fill([n], zero)))
+
+
+def _groupable(param: tf.Tensor) -> bool:
+  return param.shape.is_fully_defined() and param.shape.num_elements() <= GROUP_MAX_ELEMENTS
+
+
+def _usable_here(x: tf.Tensor) -> bool:
+  """Whether the graph being built can use x: x is eager or from this graph or one it is in."""
+  if not hasattr(x, "graph") or tf.executing_eagerly():
+    return not hasattr(x, "graph")
+  graph = tf.compat.v1.get_default_graph()
+  while graph is not None:
+    if graph is x.graph:
+      return True
+    graph = getattr(graph, "outer_graph", None)
+  return False
 
 
 @gin.configurable

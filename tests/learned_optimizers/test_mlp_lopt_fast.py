@@ -190,3 +190,42 @@ def test_reference_implementation_is_selectable():
   assert type(mlp_lopt.MLPLOpt().opt_fn(theta)) is not type(lopt.opt_fn(theta))
   with pytest.raises(ValueError, match="implementation"):
     mlp_lopt.MLPLOpt(implementation="nope")
+
+
+@pytest.mark.parametrize("config", ["paper", "original_code"])
+def test_one_small_tensor_beside_large_ones(config):
+  """A lone small tensor is not grouped; tensors above GROUP_MAX_ELEMENTS never are."""
+  lopt = mlp_lopt.MLPLOpt(**CONFIGS[config])
+  theta = _theta(lopt)
+  big = mlp_lopt.GROUP_MAX_ELEMENTS + 3
+  rng = np.random.default_rng(0)
+  params = {
+    "big": tf.constant(0.1 * rng.normal(size=[big]), tf.float32),
+    "big2": tf.constant(0.1 * rng.normal(size=[2, big]), tf.float32),
+    "small": tf.constant(0.1 * rng.normal(size=[7]), tf.float32),
+  }
+  grads = tf.nest.map_structure(lambda p: tf.sin(30.0 * p), params)  # Small params: float32
+  # rounding of w itself stays below the tolerance on the step.
+  fast, reference = lopt.opt_fn(theta), lopt.reference_opt_fn(theta)
+  expected = reference.update(reference.update(reference.init(params), grads), grads)
+  actual = fast.update(fast.update(fast.init(params), grads), grads)
+  for key, p0 in params.items():
+    moved = (p0 - expected.params[key]).numpy()
+    assert np.max(np.abs(moved)) > 1e-4
+    _assert_close((p0 - actual.params[key]).numpy(), moved, np.max(np.abs(moved)), rtol=1e-4)
+
+
+def test_optimizer_built_in_another_graph_still_updates():
+  """opt_fn(theta) builds theta's share of the weights where it is called; an update in a graph
+  that cannot see those tensors builds them again instead of failing."""
+  lopt = mlp_lopt.MLPLOpt()
+  theta = tf.nest.map_structure(lambda x: x.numpy(), _theta(lopt))
+  params = {"w": tf.linspace(-1.0, 1.0, 12), "b": tf.constant([0.3, -0.2])}
+  grads = {"w": tf.linspace(0.5, -0.5, 12), "b": tf.constant([0.1, 0.2])}
+  with tf.Graph().as_default():
+    elsewhere = lopt.opt_fn(theta)  # Its weights are tensors of this discarded graph.
+  here = lopt.opt_fn(theta)
+  actual = elsewhere.update(elsewhere.init(params), grads)
+  expected = here.update(here.init(params), grads)
+  for a, b in zip(tf.nest.flatten(actual), tf.nest.flatten(expected), strict=True):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
