@@ -31,7 +31,7 @@ is always relu(1) = 1. For the paper's features and the ablations C only selects
 Three things keep the number and cost of ops per step down (each measured, see the README):
   - what depends on theta alone ([W_0^T, b], [W_1^T, b_1], where the time features go) is built
     once where opt_fn(theta) is called, outside the inner loop; a step adds time(t) @ W_time;
-  - the ReLU runs inside the hidden layer's matmul kernel (see _relu_matmul);
+  - unless ops run on one thread, the ReLU runs inside the hidden layer's matmul kernel;
   - tensors of at most GROUP_MAX_ELEMENTS elements share one pipeline: their columns side by side
     in one [k, sum(n)] matrix, each normalised per element by its own tensor's root mean squares
     (a tiny [k, tensors] matrix spread by a matmul), so that biases and small layers cost a few
@@ -396,14 +396,18 @@ class _MLPLOptOptimizer(_Optimizer):
 
 
 def _relu_matmul(a: tf.Tensor, x: tf.Tensor, zero: tf.Tensor, n) -> tf.Tensor:
-  """relu(a @ x) for x [k, n], as one matmul kernel with the ReLU fused in.
+  """relu(a @ x) for x [k, n]; with several intra-op threads, one kernel with the ReLU fused in.
 
   Grappler's remapper fuses MatMul + BiasAdd + Relu into one kernel (oneDNN on x86 CPUs); here the
   bias, over the n columns, is zero. It must not be a constant zero, which grappler removes before
-  it fuses: `zero` is a 0 computed from the step count. A separate Relu on the [hidden + 1, n]
-  activations costs as much as the matmul on one thread and more on two.
+  it fuses: `zero` is a 0 computed from the step count. With two intra-op threads a separate Relu
+  on the [hidden + 1, n] activations is split across both and costs more than the matmul; on one
+  thread the unfused pair is faster (benchmarks/learned_update.py measures both).
   """
-  return tf.nn.relu(tf.nn.bias_add(tf.matmul(a, x, name="hidden"), tf.fill([n], zero)))
+  hidden = tf.matmul(a, x, name="hidden")
+  if tf.config.threading.get_intra_op_parallelism_threads() == 1:
+    return tf.nn.relu(hidden)
+  return tf.nn.relu(tf.nn.bias_add(hidden, tf.fill([n], zero)))
 
 
 def _groupable(param: tf.Tensor) -> bool:

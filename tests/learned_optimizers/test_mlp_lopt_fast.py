@@ -229,3 +229,31 @@ def test_optimizer_built_in_another_graph_still_updates():
   expected = here.update(here.init(params), grads)
   for a, b in zip(tf.nest.flatten(actual), tf.nest.flatten(expected), strict=True):
     np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_unfused_relu_on_one_thread_matches_the_reference(monkeypatch, cnn_task):
+  """With one intra-op thread the hidden layer's ReLU is an op of its own; same numbers."""
+  lopt = mlp_lopt.MLPLOpt()
+  theta = _theta(lopt)
+  params = cnn_task.init_params(0)
+  grads = tf.nest.map_structure(lambda p: 0.1 * tf.sin(7.0 * p), params)
+  fast, reference = lopt.opt_fn(theta), lopt.reference_opt_fn(theta)
+
+  def op_types():
+    graph = tf.function(fast.update).get_concrete_function(fast.init(params), grads).graph
+    return {op.type for op in graph.get_operations()}
+
+  assert "BiasAdd" in op_types()  # The zero bias that lets grappler fuse the ReLU.
+  monkeypatch.setattr(tf.config.threading, "get_intra_op_parallelism_threads", lambda: 1)
+  assert "BiasAdd" not in op_types()
+  expected = reference.update(reference.init(params), grads)
+  actual = tf.function(fast.update)(fast.init(params), grads)
+  flat = zip(
+    tf.nest.flatten(params),
+    tf.nest.flatten(actual.params),
+    tf.nest.flatten(expected.params),
+    strict=True,
+  )
+  for p0, a, b in flat:
+    moved = (p0 - b).numpy()
+    _assert_close((p0 - a).numpy(), moved, np.max(np.abs(moved)), rtol=1e-5)
