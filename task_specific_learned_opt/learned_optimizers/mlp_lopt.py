@@ -351,9 +351,8 @@ class _MLPLOptOptimizer(_Optimizer):
     )
     y = tf.matmul(weights.b, z, name="group_momenta")
     used = self._used_rows(weights, y)
-    mean_squares = tf.matmul(tf.square(used), owner.T, name="group_sums") / np.float32(
-      sizes
-    )  # [rows, tensors]
+    sums = tf.matmul(tf.square(used), owner.T, name="group_sums")  # [rows, tensors]
+    mean_squares = sums / np.float32(sizes)
     if weights.c is None:
       columns = used
     else:
@@ -382,17 +381,16 @@ class _MLPLOptOptimizer(_Optimizer):
     group = [i for i, p in enumerate(params) if _groupable(p)]
     if len(group) < 2:
       group = []
-    new = [None] * len(params)
+    new = {}
     if group:
       grouped = self._update_group(
         weights, *([x[i] for i in group] for x in (params, flat_grads, momenta))
       )
-      for i, result in zip(group, grouped, strict=True):
-        new[i] = result
+      new = dict(zip(group, grouped, strict=True))
     for i, (p, g, m) in enumerate(zip(params, flat_grads, momenta, strict=True)):
-      if new[i] is None:
+      if i not in new:
         new[i] = self._update_tensor(weights, p, g, m)
-    return self._pack(state, new)
+    return self._pack(state, [new[i] for i in range(len(params))])
 
 
 def _relu_matmul(a: tf.Tensor, x: tf.Tensor, zero: tf.Tensor, n) -> tf.Tensor:
