@@ -2,7 +2,7 @@
 
   python benchmarks/cluster.py --output benchmarks/results/cluster_capacity.json
 
-Starts the real chief loop (cluster.run_chief: dequeue, filter, merge, Adam, publish theta,
+Starts the real chief role (cluster.run_chief: dequeue, filter, merge, Adam, publish theta,
 summaries and progress.jsonl every step) in this process with theta of the paper's size (the MLP
 optimizer's 610 meta-parameters) and batch 128, and, in separate processes on loopback:
   - stand-in workers that push random samples as fast as they can (128 per enqueue call), so
@@ -23,10 +23,21 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import gin  # noqa: E402
 import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
-from task_specific_learned_opt.distributed import base, cluster, outer_training  # noqa: E402
+from task_specific_learned_opt import gin_config  # noqa: E402
+from task_specific_learned_opt.distributed import (  # noqa: E402
+  base,
+  cluster,
+  cluster_spec,
+  launch,
+  outer_training,
+  tf_runtime,
+)
+from task_specific_learned_opt.distributed import train_dir as train_dir_lib  # noqa: E402
 from task_specific_learned_opt.learned_optimizers import mlp_lopt  # noqa: E402
 from task_specific_learned_opt.tasks import quadratic  # noqa: E402
 
@@ -40,10 +51,11 @@ flags.DEFINE_integer("probe_samples", 400, "Samples the probe worker times.")
 flags.DEFINE_string("output", None, "Where the JSON results go (else printed only).")
 
 BATCH = 128
+BINDINGS = ["Chief.batch_size = 128", "run_chief.linger_secs = 0", "run_chief.poll_secs = 0.001"]
 
 
-def _random_batch(num_params, rng, version):
-  return cluster.Batch(
+def _random_batch(num_params, rng, version, incarnation, first_index):
+  return base.Sample(
     g_rp=rng.standard_normal([BATCH, num_params]).astype(np.float32),
     g_es=rng.standard_normal([BATCH, num_params]).astype(np.float32),
     loss_plus=rng.uniform(size=BATCH).astype(np.float32),
@@ -53,36 +65,35 @@ def _random_batch(num_params, rng, version):
     inner_step=np.zeros(BATCH, np.int32),
     worker_id=np.zeros(BATCH, np.int32),
     worker_run=np.full(BATCH, rng.integers(1, 2**62), np.int64),
-    sample_index=np.arange(BATCH, dtype=np.int64),
-    incarnation=np.zeros(BATCH, np.int64),
+    sample_index=np.arange(first_index, first_index + BATCH, dtype=np.int64),
+    incarnation=np.full(BATCH, incarnation, np.int64),
   )
 
 
 def _stand_in(spec, probe):
-  theta = mlp_lopt.MLPLOpt().init(0)
-  num_params = cluster.flatten(theta).size
-  channel = cluster.Channel(f"grpc://{spec['chief'][0]}", num_params)
+  gin_config.parse([], BINDINGS)  # The chief's experiment, so that the fingerprints agree.
+  template = tf.nest.map_structure(np.asarray, mlp_lopt.MLPLOpt().init(0))
+  num_params = base.flatten(template).size
+  transport = tf_runtime.TFRuntimeTransport(
+    f"grpc://{spec['chief'][0]}",
+    num_params,
+    tf_runtime.fingerprint(template),
+    chief_timeout_secs=5.0,  # The chief exits at once when it has finished.
+  )
   rng = np.random.default_rng()
-  while True:  # Until the chief is up.
-    try:
-      shared = channel.read()
-      if shared["experiment"]:
-        break
-    except cluster.CHIEF_DOWN_ERRORS:
-      channel.reset()
-    time.sleep(0.2)
   reads, puts, index = [], [], 0
-  while True:
-    try:
+  try:
+    transport.read_theta()  # Waits until the chief is up.
+    while True:
       start = time.perf_counter()
-      shared = channel.read()
+      published = transport.read_theta()
       read = time.perf_counter()
-      if shared["done"]:
+      if published is None:
         break
+      version = published[1]
       if probe:
-        g = cluster.unflatten(rng.standard_normal(num_params).astype(np.float32), theta)
-        sample = base.Sample(g, g, 1.0, 1.0, int(shared["version"]), 50, 0, 99)
-        channel.put(sample, 1, index, int(shared["incarnation"]))
+        g = rng.standard_normal(num_params).astype(np.float32)
+        transport.put_sample(base.Sample(g, g, 1.0, 1.0, version, 50, 0, 99, 1, index))
         reads.append(read - start)
         puts.append(time.perf_counter() - read)
         index += 1
@@ -90,16 +101,10 @@ def _stand_in(spec, probe):
           break
         time.sleep(0.01)  # A real worker computes between samples.
       else:
-        batch = _random_batch(num_params, rng, int(shared["version"]))
-        channel.put_many(
-          batch._replace(
-            sample_index=batch.sample_index + index,
-            incarnation=np.full(BATCH, shared["incarnation"], np.int64),
-          )
-        )
+        transport.put_batch(_random_batch(num_params, rng, version, transport.incarnation, index))
         index += BATCH
-    except cluster.CHIEF_DOWN_ERRORS:
-      break
+  except tf_runtime.ChiefUnreachableError:
+    pass
   if probe:
     print(
       json.dumps(
@@ -120,17 +125,10 @@ def main(argv):
   if FLAGS.role != "chief":
     _stand_in(json.loads(FLAGS.cluster), FLAGS.role == "probe")
     return
-  import gin
-
-  from task_specific_learned_opt import gin_config
-  from task_specific_learned_opt.distributed import launch
-
-  gin_config.parse(
-    [], ["Chief.batch_size = 128", "run_chief.linger_secs = 0", "run_chief.poll_secs = 0.001"]
-  )
+  gin_config.parse([], BINDINGS)
   num_stand_ins = FLAGS.num_pushers + 1
   spec_dict = launch.loopback_cluster(num_stand_ins)
-  spec = cluster.TaskSpec(spec_dict, "chief", 0)
+  spec = cluster_spec.TaskSpec(spec_dict, "chief", 0)
   script = os.path.abspath(__file__)
   processes = [
     subprocess.Popen(
@@ -160,7 +158,7 @@ def main(argv):
     probe_out = processes[0].communicate(timeout=120)[0]
     for p in processes[1:]:
       p.kill()
-  with open(os.path.join(train_dir, outer_training.PROGRESS_FILENAME)) as f:
+  with open(os.path.join(train_dir, train_dir_lib.PROGRESS_FILENAME)) as f:
     records = [json.loads(line) for line in f]
   probe = json.loads(probe_out.strip().splitlines()[-1])
   result = {"batch_size": BATCH}
@@ -178,7 +176,7 @@ def main(argv):
     )
   result.update(
     {
-      "num_meta_parameters": int(cluster.flatten(mlp_lopt.MLPLOpt().init(0)).size),
+      "num_meta_parameters": int(base.flatten(mlp_lopt.MLPLOpt().init(0)).size),
       "num_pushers": FLAGS.num_pushers,
       "probe_worker": probe,
       "cpu_count": os.cpu_count(),

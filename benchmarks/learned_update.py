@@ -4,11 +4,13 @@
 machine's load moves the ratios by several percent. This isolates the update: each optimizer's
 `update` runs `--num_updates` times inside one graph-mode tf.while_loop on fixed gradients (no
 forward or backward pass), rounds interleaved, and the median microseconds per update are
-reported. Variants of the learned update show what each part of `MLPLOpt.opt_fn` is worth:
+reported. Variants of the learned update show what each part of `MLPLOpt.opt_fn` (the kernel in
+learned_optimizers/fast_update.py) is worth; each patches that module while its graph is traced:
 
   adam               the hand-designed baseline;
   learned            MLPLOpt.opt_fn, as used everywhere;
-  learned_ungrouped  the same with every tensor in its own pipeline (GROUP_MAX_ELEMENTS = 0);
+  learned_ungrouped  the same with every tensor in its own pipeline
+                     (fast_update.GROUP_MAX_ELEMENTS = 0);
   learned_relu_op    the same with the ReLU as an op of its own after the hidden layer's matmul
                      (what `learned` does when TensorFlow runs ops on one intra-op thread);
   learned_relu_fused the same with the ReLU fused into the matmul kernel (what `learned` does
@@ -26,7 +28,12 @@ import json
 import time
 
 import numpy as np
+import tensorflow as tf
 from absl import app, flags
+
+from task_specific_learned_opt.learned_optimizers import fast_update, mlp_lopt
+from task_specific_learned_opt.optimizers import adam
+from task_specific_learned_opt.tasks import networks, random_data
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("inter_op_threads", 2, "TensorFlow inter-op threads.")
@@ -43,14 +50,9 @@ flags.DEFINE_string("output", None, "Optional JSON file for the results.")
 
 def main(argv):
   del argv
-  import tensorflow as tf
-
+  # Before any op runs: TensorFlow fixes its thread pools when its runtime starts.
   tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
   tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
-  from task_specific_learned_opt.learned_optimizers import mlp_lopt
-  from task_specific_learned_opt.optimizers import adam
-  from task_specific_learned_opt.tasks import networks, random_data
-
   task = random_data.RandomDataTask(networks.paper_cnn())  # 32 channels, 32x32x3 images.
   params = tf.nest.flatten(task.init_params(0))
   rng = np.random.default_rng(0)
@@ -60,12 +62,12 @@ def main(argv):
 
   @contextlib.contextmanager
   def patched(name, value):
-    saved = getattr(mlp_lopt, name)
-    setattr(mlp_lopt, name, value)
+    saved = getattr(fast_update, name)
+    setattr(fast_update, name, value)
     try:
       yield
     finally:
-      setattr(mlp_lopt, name, saved)
+      setattr(fast_update, name, saved)
 
   def relu_op(a, x, zero, n):
     del zero, n

@@ -11,16 +11,16 @@ import sys
 from absl import flags
 
 from task_specific_learned_opt import baselines, benchmark, checkpoints, gin_config
-from task_specific_learned_opt.distributed import cluster, local
+from task_specific_learned_opt.distributed import cluster_spec, train_dir
 from task_specific_learned_opt.tasks import tfds_source
 
 USER_ERRORS = (
   gin_config.GinConfigError,
   tfds_source.DatasetNotPreparedError,
-  local.CheckpointError,
+  train_dir.CheckpointError,
   checkpoints.ThetaMismatchError,
   benchmark.DeviceNotFoundError,
-  cluster.ClusterError,
+  cluster_spec.ClusterError,
   baselines.SearchError,
 )
 

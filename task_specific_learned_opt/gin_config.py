@@ -25,6 +25,7 @@ from task_specific_learned_opt.distributed import (  # noqa: F401
   cluster,
   local,
   outer_training,
+  tf_runtime,
   worker,
 )
 from task_specific_learned_opt.learned_optimizers import mlp_lopt  # noqa: F401

@@ -51,27 +51,83 @@ def test_check_device():
     benchmark.check_device("/not a device")
 
 
+def _assert_ratios_are_per_round(result):
+  """Each reported ratio is the median of the ratios of the rates recorded in the same round.
+
+  With an odd number of rounds the median is one of the per-round ratios, so the check is exact.
+  """
+  rates = result["batches_per_second"]
+  assert set(result["ratios"]) == {"mlp_lopt/sgd", "mlp_lopt/adam"}
+  for key, s in result["ratios"].items():
+    num, den = key.split("/")
+    per_round = [n / d for n, d in zip(rates[num]["values"], rates[den]["values"], strict=True)]
+    assert len(per_round) == result["repetitions"] and len(per_round) % 2 == 1
+    assert s["values"] == per_round, key
+    assert s["median"] == sorted(per_round)[len(per_round) // 2] == np.median(per_round), key
+    assert (s["min"], s["max"]) == (min(per_round), max(per_round)), key
+
+
 def test_run_on_a_tiny_model_interleaves_and_reports(tmp_path):
   result = benchmark.run(
     str(tmp_path),
     task=_tiny_task(),
     optimizers=_optimizers(),
     num_steps=10,
-    repetitions=2,
+    repetitions=3,
     warmup=1,
   )
   assert result == json.load(open(tmp_path / benchmark.RESULTS_FILENAME))
-  assert result["order"] == ["sgd", "adam", "mlp_lopt"] * 2
+  assert result["order"] == ["sgd", "adam", "mlp_lopt"] * 3
   for s in result["batches_per_second"].values():
-    assert len(s["values"]) == 2 and s["min"] > 0 and s["min"] <= s["median"] <= s["max"]
-  assert set(result["ratios"]) == {"mlp_lopt/sgd", "mlp_lopt/adam"}
-  for s in result["ratios"].values():
-    assert s["median"] > 0
+    assert len(s["values"]) == 3 and s["min"] > 0
+    assert s["median"] == sorted(s["values"])[1] and (s["min"], s["max"]) == (
+      min(s["values"]),
+      max(s["values"]),
+    )
+  _assert_ratios_are_per_round(result)
   env = result["environment"]
   assert env["device"] == "/device:CPU:0" and env["tensorflow"] == tf.__version__
   assert env["xla_update"] == [] and env["inter_op_threads"] >= 0
   assert result["num_params"] == 3 * 3 * 3 * 4 + 4 + 4 * 10 + 10
   assert result["paper_batches_per_second"]["cpu"]["mlp_lopt"] == 80.0
+
+
+class _FakeClock:
+  """A stand-in for the time module whose timed calls last the given durations, in order."""
+
+  def __init__(self, durations):
+    self._ticks = iter(np.concatenate([[0.0, d] for d in durations]))
+
+  def perf_counter(self):
+    return float(next(self._ticks))
+
+
+def test_ratios_are_medians_of_per_round_ratios_on_a_known_clock(tmp_path, monkeypatch):
+  # Batches/s per round (sgd, adam, mlp_lopt): chosen so that the median of the per-round ratios,
+  # the ratio of the medians and the mean of the ratios all differ.
+  rates = {"sgd": [200.0, 25.0, 40.0], "adam": [100.0, 20.0, 50.0], "mlp_lopt": [50.0, 10.0, 40.0]}
+  num_steps = 4
+  durations = [num_steps / rates[name][r] for r in range(3) for name in rates]
+  monkeypatch.setattr(benchmark, "time", _FakeClock(durations))
+  result = benchmark.run(
+    str(tmp_path),
+    task=quadratic.QuadraticTask(dim=4),
+    optimizers=_optimizers(),
+    num_steps=num_steps,
+    repetitions=3,
+    warmup=1,
+  )
+  for name, expected in rates.items():
+    assert result["batches_per_second"][name]["values"] == pytest.approx(expected, rel=1e-12)
+  ratios = result["ratios"]
+  # mlp_lopt/adam per round: 0.5, 0.5, 0.8 -> 0.5 (ratio of medians 40/50 = 0.8, mean 0.6).
+  assert ratios["mlp_lopt/adam"]["values"] == pytest.approx([0.5, 0.5, 0.8], rel=1e-12)
+  assert ratios["mlp_lopt/adam"]["median"] == pytest.approx(0.5, rel=1e-12)
+  # mlp_lopt/sgd per round: 0.25, 0.4, 1.0 -> 0.4 (ratio of medians 40/40 = 1, mean 0.55).
+  assert ratios["mlp_lopt/sgd"]["values"] == pytest.approx([0.25, 0.4, 1.0], rel=1e-12)
+  assert ratios["mlp_lopt/sgd"]["median"] == pytest.approx(0.4, rel=1e-12)
+  _assert_ratios_are_per_round(result)
+  assert "mlp_lopt/adam: median 0.500 [min 0.500, max 0.800]" in benchmark.format_table(result)
 
 
 def test_run_loads_an_exported_theta(tmp_path):
@@ -126,14 +182,14 @@ def _run_binary(argv, tmp_path):
 
 @pytest.mark.integration
 def test_main_writes_json_and_config(tmp_path):
-  argv = [f"--output_dir={tmp_path}", "--num_steps=5", "--repetitions=2"]
+  argv = [f"--output_dir={tmp_path}", "--num_steps=5", "--repetitions=3"]
   argv += ["--warmup=1", f"--gin_file={GIN_FILE}"]
   argv += [f"--gin_bindings={b}" for b in SMOKE]
   done = _run_binary(argv, tmp_path)
   assert done.returncode == 0, done.stderr[-3000:]
   result = json.load(open(tmp_path / benchmark.RESULTS_FILENAME))
-  assert result["order"] == ["sgd", "adam", "mlp_lopt"] * 2 and result["num_steps"] == 5
-  assert set(result["ratios"]) == {"mlp_lopt/sgd", "mlp_lopt/adam"}
+  assert result["order"] == ["sgd", "adam", "mlp_lopt"] * 3 and result["num_steps"] == 5
+  _assert_ratios_are_per_round(result)  # From the rates in benchmark.json, as written.
   assert "paper_cnn.channels = 4" in open(tmp_path / "operative_config.gin").read()
   assert "mlp_lopt/adam: median" in done.stdout
 

@@ -36,13 +36,24 @@ def test_eval_of_adam_gives_the_losses_of_the_inner_training_loop():
   direct = inner_training.train(task, opt, 40, seed)
   np.testing.assert_allclose(run["losses"], direct.losses.numpy(), rtol=1e-5, atol=1e-6)
   # The final test loss is the model's loss on the test batches at the final parameters.
-  params = opt.get_params(direct.state)
-  test_seed = evaluation.seeds_lib.fold_in(evaluation.seeds_lib.fold_in(seed, 2), 1)
-  batches = [task.batch("test", evaluation.seeds_lib.fold_in(test_seed, i)) for i in range(2)]
-  expected = np.mean([float(task.loss(params, b)) for b in batches])
-  assert run["test_loss"][-1] == pytest.approx(expected, rel=1e-4)
+  # The final metrics are the model's loss and accuracy on the evaluation batches of each split
+  # at the final parameters; those at point 0 are the same at the initial parameters.
+  final_params = opt.get_params(direct.state)
+  init_params = task.init_params(evaluation.seeds_lib.fold_in(seed, 0))
+  eval_seed = evaluation.seeds_lib.fold_in(seed, 2)
+  for index, split in enumerate(("train", "test")):  # The eval seed of "train" is 0, "test" 1.
+    split_seed = evaluation.seeds_lib.fold_in(eval_seed, index)
+    batches = [task.batch(split, evaluation.seeds_lib.fold_in(split_seed, i)) for i in range(2)]
+    for point, params in ((0, init_params), (-1, final_params)):
+      loss = np.mean([float(task.loss(params, b)) for b in batches])
+      accuracy = np.mean([float(task.accuracy(params, b)) for b in batches])
+      assert run[f"{split}_loss"][point] == pytest.approx(loss, rel=1e-4), (split, point)
+      assert run[f"{split}_accuracy"][point] == pytest.approx(accuracy, abs=1e-6), (split, point)
   assert run["train_loss"][0] > run["train_loss"][-1]  # Adam trained it.
-  assert 0.0 <= run["test_accuracy"][-1] <= 1.0
+  # Accuracies are means over 2 batches of 16: multiples of 1/32, not a constant.
+  accuracies = np.concatenate([run["train_accuracy"], run["test_accuracy"]])
+  np.testing.assert_allclose(accuracies * 32, np.round(accuracies * 32), atol=1e-4)
+  assert len(set(accuracies.tolist())) > 1
 
 
 @pytest.mark.parametrize("curvature,best", [(1.0, 1.0), (0.1, 10.0)])

@@ -1,7 +1,7 @@
 """The chief: theta, the outer optimizer, and the update from a batch of samples (App. C, D.3).
 
   chief = Chief(lopt)
-  stats = chief.apply(samples)   # drop non-finite, merge (eq. 1), Adam on theta, outer_step += 1
+  stats = chief.apply(batch)   # drop stale and non-finite, merge (eq. 1), Adam, outer_step += 1
   theta = chief.theta()
 
 State lives in tf.Variables (theta, Adam's m and v, the outer step), so tf.train.Checkpoint
@@ -79,7 +79,7 @@ class Chief:
       lambda x: tf.Variable(x, trainable=False), initial._asdict()
     )
     self.outer_step = tf.Variable(0, dtype=tf.int64, trainable=False)
-    self._structure = initial.params
+    self._structure = tf.nest.map_structure(np.asarray, initial.params)
     signature = tf.nest.map_structure(
       lambda x: tf.TensorSpec([None, *x.shape], tf.float32), initial.params
     )
@@ -94,10 +94,12 @@ class Chief:
     return tf.nest.map_structure(tf.convert_to_tensor, self.variables["params"])
 
   def theta_numpy(self) -> lopt_base.Theta:
+    """The current theta, a nest of numpy arrays."""
     return tf.nest.map_structure(lambda v: v.numpy(), self.variables["params"])
 
   @property
   def step(self) -> int:
+    """The outer step: updates applied so far."""
     return int(self.outer_step.numpy())
 
   def checkpoint_items(self) -> dict:
@@ -138,55 +140,41 @@ class Chief:
       "gradient_norm": tf.linalg.global_norm(tf.nest.flatten(gradient)),
     }
 
-  def apply(self, samples: list[base.Sample]) -> dict:
+  def apply(self, batch: base.Batch) -> dict:
     """Drops stale and non-finite samples, merges the rest, takes one Adam step on theta.
 
     If every sample is dropped, theta and the outer step are left as they were.
+
+    Args:
+      batch: samples stacked along axis 0 (base.stack), estimates flattened as theta is.
 
     Returns:
       Statistics of the update as Python numbers: applied, num_kept, num_dropped (non-finite),
       num_stale, outer_loss, loss_plus, loss_minus, rp_variance, es_variance (mean
       per-coordinate variances), es_weight (mean ES weight of the merge), gradient_norm,
       mean_num_steps, mean_inner_step, max_staleness, mean_staleness, seconds.
+
+    Raises:
+      ValueError: an empty batch.
     """
-    if not samples:
+    if len(batch.loss_plus) == 0:
       raise ValueError("Chief.apply needs at least one sample.")
-
-    def stack(field):
-      return tf.nest.map_structure(
-        lambda *xs: np.stack(xs).astype(np.float32), *[getattr(s, field) for s in samples]
-      )
-
-    def column(field, dtype):
-      return np.array([getattr(s, field) for s in samples], dtype)
-
-    return self.apply_arrays(
-      stack("g_rp"),
-      stack("g_es"),
-      column("loss_plus", np.float32),
-      column("loss_minus", np.float32),
-      column("theta_version", np.int64),
-      column("num_steps", np.float64),
-      column("inner_step", np.float64),
-    )
-
-  def apply_arrays(
-    self, g_rp, g_es, loss_plus, loss_minus, theta_versions, num_steps, inner_steps
-  ) -> dict:
-    """`apply` on samples stacked along axis 0 (theta-shaped nests of [B, ...] arrays)."""
     start = time.time()
-    step_before = self.step
-    staleness = step_before - np.asarray(theta_versions, np.int64)
+    staleness = self.step - np.asarray(batch.theta_version, np.int64)
     num_stale = 0
     if self.max_staleness is not None:
       fresh = staleness <= self.max_staleness
       num_stale = int(np.sum(~fresh))
-      if num_stale:
-        g_rp, g_es = (tf.nest.map_structure(lambda x: x[fresh], nest) for nest in (g_rp, g_es))
-        loss_plus, loss_minus = loss_plus[fresh], loss_minus[fresh]
-        num_steps, inner_steps = num_steps[fresh], inner_steps[fresh]
-    stats = self._apply(g_rp, g_es, loss_plus, loss_minus)
+      batch = base.select(batch, fresh)
+    stats = self._apply(
+      base.unflatten(np.asarray(batch.g_rp, np.float32), self._structure),
+      base.unflatten(np.asarray(batch.g_es, np.float32), self._structure),
+      np.asarray(batch.loss_plus, np.float32),
+      np.asarray(batch.loss_minus, np.float32),
+    )
     stats = {k: v.numpy().item() for k, v in stats.items()}
+    num_steps = np.asarray(batch.num_steps, np.float64)
+    inner_steps = np.asarray(batch.inner_step, np.float64)
     stats.update(
       num_stale=num_stale,
       mean_num_steps=float(np.mean(num_steps)) if len(num_steps) else 0.0,

@@ -1,44 +1,61 @@
-"""The in-process transport: the chief and the workers in one Python process (local mode)."""
+"""The in-process transport: the chief and its workers in one Python process (local mode, tests).
+
+A thread-safe theta slot and a FIFO of samples; the same calls as the TensorFlow-runtime
+transport (base.Transport), so the loops of loops.py run unchanged over either.
+"""
 
 import collections
-import queue
 import threading
-from typing import Any
+
+import numpy as np
 
 from task_specific_learned_opt.distributed import base
 
 
 class InProcessTransport(base.Transport):
-  """A thread-safe theta slot and a FIFO of samples."""
+  """theta and a queue of samples in memory, for a chief and workers of one process."""
 
-  def __init__(self):
+  def __init__(self, incarnation: int = 1):
+    """Makes an empty transport.
+
+    Args:
+      incarnation: the id put on every sample (the chief's run; one per process here).
+    """
     self._lock = threading.Lock()
     self._theta = None
     self._version = -1
-    self._samples = queue.Queue()
+    self._finished = False
+    self._samples = collections.deque()
+    self.incarnation = int(incarnation)
 
-  def publish_theta(self, theta: Any, version: int) -> None:
+  def publish_theta(self, theta: np.ndarray, version: int) -> None:
     with self._lock:
-      self._theta, self._version = theta, int(version)
+      self._theta, self._version = np.array(theta, np.float32), int(version)
 
-  def read_theta(self) -> tuple[Any, int]:
+  def read_theta(self) -> tuple[np.ndarray, int] | None:
+    """The latest (theta, version); None once finished.
+
+    Raises:
+      RuntimeError: nothing was published yet (in one process, a chief publishes first).
+    """
     with self._lock:
+      if self._finished:
+        return None
       if self._theta is None:
         raise RuntimeError("No theta has been published yet.")
       return self._theta, self._version
 
-  def put_sample(self, sample: base.Sample) -> None:
-    self._samples.put(sample)
+  def put_sample(self, sample: base.Sample) -> bool:
+    with self._lock:
+      self._samples.append(sample._replace(incarnation=self.incarnation))
+    return True
 
-  def take_samples(self, num: int, timeout: float | None = None) -> list[base.Sample]:
-    samples = collections.deque()
-    try:
-      while len(samples) < num:
-        samples.append(self._samples.get(timeout=timeout))
-    except queue.Empty:
-      pass
-    return list(samples)
+  def take_samples(self, num: int) -> base.Batch | None:
+    with self._lock:
+      if len(self._samples) < num:
+        return None
+      return base.stack([self._samples.popleft() for _ in range(num)])
 
-  def pending(self) -> int:
-    """Samples waiting to be taken."""
-    return self._samples.qsize()
+  def finish(self) -> None:
+    with self._lock:
+      self._finished = True

@@ -1,45 +1,44 @@
-"""Local outer-training: the chief and W workers composed in one process (paper App. C).
+"""Local outer-training: the chief loop and W worker loops composed in one process (App. C).
 
-The workers take turns (round robin), each producing one sample from its own inner-training run
-at the current theta, until the chief has a batch; the chief applies it and publishes the new
-theta. One process, one thread: a run is deterministic, so a resumed run continues exactly as an
-uninterrupted one would. What the train dir holds: outer_training.py; here the checkpoint also
-holds every worker's inner run and counters.
+The chief loop of loops.py runs over the in-process transport; whenever fewer than a batch of
+samples are queued, the next worker (round robin) computes one sample from its own inner run at
+the current theta. One process, one thread: a run is deterministic, so a resumed run continues
+exactly as an uninterrupted one would. The train dir holds what train_dir.py lists; here the
+checkpoint also holds every worker's inner run and the round-robin counter.
 """
 
 import io
 import os
 import pickle
+from collections.abc import Callable
 
 import gin
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from task_specific_learned_opt.distributed import in_process
+from task_specific_learned_opt.distributed import in_process, loops
 from task_specific_learned_opt.distributed import outer_training as outer_lib
+from task_specific_learned_opt.distributed import train_dir as train_dir_lib
 from task_specific_learned_opt.distributed import worker as worker_lib
+from task_specific_learned_opt.learned_optimizers import base as lopt_base
 
-# Kept here too: callers and tests know them as local.*.
-PROGRESS_FILENAME = outer_lib.PROGRESS_FILENAME
-PLOT_FILENAME = outer_lib.PLOT_FILENAME
-CheckpointError = outer_lib.CheckpointError
 EVAL_DIRNAME = "eval"
 
 
 class _WorkersState(tf.train.experimental.PythonState):
-  """The workers' states and the round-robin counter, saved inside the TF checkpoint."""
+  """The worker loops' states and the round-robin counter, saved inside the TF checkpoint."""
 
-  def __init__(self, states: list, num_samples: int = 0):
-    self.states = states
-    self.num_samples = num_samples
+  def __init__(self, worker_loops: list[loops.WorkerLoop]):
+    self.worker_loops = worker_loops
+    self.num_samples = 0
 
   def serialize(self) -> bytes:
     states = [
       s
       if s.inner_state is None
       else s._replace(inner_state=tf.nest.map_structure(np.asarray, s.inner_state))
-      for s in self.states
+      for s in (loop.state for loop in self.worker_loops)
     ]
     buffer = io.BytesIO()
     pickle.dump({"states": states, "num_samples": self.num_samples}, buffer)
@@ -47,12 +46,20 @@ class _WorkersState(tf.train.experimental.PythonState):
 
   def deserialize(self, string_value: bytes) -> None:
     value = pickle.loads(string_value)
-    if len(value["states"]) != len(self.states):
-      raise CheckpointError(
-        f"The checkpoint holds {len(value['states'])} workers, this run has {len(self.states)}."
+    if len(value["states"]) != len(self.worker_loops):
+      raise train_dir_lib.CheckpointError(
+        f"The checkpoint holds {len(value['states'])} workers, this run has "
+        f"{len(self.worker_loops)}."
       )
-    self.states = value["states"]
+    for loop, state in zip(self.worker_loops, value["states"], strict=True):
+      loop.state = state
     self.num_samples = value["num_samples"]
+
+  def next_worker(self) -> None:
+    """The next worker in turn computes one sample."""
+    loop = self.worker_loops[self.num_samples % len(self.worker_loops)]
+    loop.step()
+    self.num_samples += 1
 
 
 @gin.configurable(denylist=["train_dir", "setup"])
@@ -60,7 +67,8 @@ def train_local(
   train_dir: str,
   num_workers: int = 8,
   setup: outer_lib.OuterTraining | None = None,
-  final_evaluation=None,
+  final_evaluation: Callable[[str, lopt_base.LearnedOptimizer, lopt_base.Theta], object]
+  | None = None,
 ) -> dict:
   """Outer-trains theta with a chief and `num_workers` workers in this process.
 
@@ -78,46 +86,27 @@ def train_local(
     The last outer step's statistics (empty if no step was taken).
 
   Raises:
-    CheckpointError: the latest checkpoint cannot be read, or belongs to another experiment.
+    train_dir_lib.CheckpointError: the latest checkpoint cannot be read, or belongs to another
+      experiment.
   """
   setup = setup if setup is not None else outer_lib.outer_training()
-  workers = [
-    worker_lib.Worker(family=setup.family, lopt=setup.lopt, worker_id=i, seed=setup.seed)
+  transport = in_process.InProcessTransport()
+  worker_loops = [
+    loops.WorkerLoop(
+      worker_lib.Worker(family=setup.family, lopt=setup.lopt, worker_id=i, seed=setup.seed),
+      transport,
+    )
     for i in range(num_workers)
   ]
-  workers_state = _WorkersState([w.initial_state() for w in workers])
-  files = outer_lib.ChiefFiles(
+  workers_state = _WorkersState(worker_loops)
+  files = train_dir_lib.ChiefFiles(
     train_dir,
     setup,
     f"{setup.family.name}, {setup.lopt.name}, {num_workers} workers",
     workers=workers_state,
   )
-  chief = files.chief
-  transport = in_process.InProcessTransport()
-  transport.publish_theta(chief.theta_numpy(), chief.step)
-  samples_done, stats = 0, {}
-  if chief.step >= setup.num_outer_steps:
-    logging.info(
-      "Outer step %d already reached %d; nothing to train.", chief.step, setup.num_outer_steps
-    )
-  try:
-    while chief.step < setup.num_outer_steps:
-      while transport.pending() < chief.batch_size:
-        i = workers_state.num_samples % num_workers
-        theta, version = transport.read_theta()
-        sample, workers_state.states[i] = workers[i].step(theta, version, workers_state.states[i])
-        transport.put_sample(sample)
-        workers_state.num_samples += 1
-        samples_done += 1
-      with outer_lib.interrupts_deferred():  # Apply and record: all or nothing.
-        stats = chief.apply(transport.take_samples(chief.batch_size))
-        transport.publish_theta(chief.theta_numpy(), chief.step)
-        stats = files.record(stats, samples_done)
-      files.save_if_due()
-  finally:
-    if samples_done:  # Else nothing changed since the checkpoint it resumed from.
-      files.save()
+  stats = loops.chief_loop(files, transport, transport.incarnation, workers_state.next_worker)
   if final_evaluation is not None:
     logging.info("Evaluating theta on held-out tasks (train_local.final_evaluation).")
-    final_evaluation(os.path.join(train_dir, EVAL_DIRNAME), setup.lopt, chief.theta())
+    final_evaluation(os.path.join(train_dir, EVAL_DIRNAME), setup.lopt, files.chief.theta())
   return stats

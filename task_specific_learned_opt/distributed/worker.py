@@ -15,7 +15,6 @@ index), so a sample is reproducible from theta, the worker state and the seed.
 from typing import Any, NamedTuple
 
 import gin
-import numpy as np
 import tensorflow as tf
 
 from task_specific_learned_opt import seeds as seeds_lib
@@ -83,6 +82,7 @@ class Worker:
     self._task_index = None
 
   def initial_state(self) -> WorkerState:
+    """The state of a worker that has not started: its first step starts a task."""
     return WorkerState(task_index=0, truncation_index=0, inner_state=None)
 
   def task_seed(self, task_index: int) -> tf.Tensor:
@@ -138,8 +138,13 @@ class Worker:
   ) -> tuple[base.Sample, WorkerState]:
     """One truncation at `theta` (published at outer step `theta_version`).
 
+    Args:
+      theta: the meta-parameters (a nest of tensors or arrays).
+      theta_version: the outer step theta was published at (the sample carries it).
+      state: the worker's state after its previous truncation.
+
     Returns:
-      (the sample, the worker's next state).
+      (the sample, with theta-shaped estimates flattened; the worker's next state).
     """
     theta = tf.nest.map_structure(tf.convert_to_tensor, theta)
     if state.inner_state is None:
@@ -167,8 +172,8 @@ class Worker:
       inner_state=None if done else result.state,
     )
     sample = base.Sample(
-      g_rp=tf.nest.map_structure(np.asarray, result.g_rp),
-      g_es=tf.nest.map_structure(np.asarray, result.g_es),
+      g_rp=base.flatten(result.g_rp),
+      g_es=base.flatten(result.g_es),
       loss_plus=float(result.loss_plus),
       loss_minus=float(result.loss_minus),
       theta_version=int(theta_version),
@@ -177,15 +182,3 @@ class Worker:
       worker_id=self.worker_id,
     )
     return sample, next_state
-
-
-def run_worker(
-  worker: Worker, transport: base.Transport, num_samples: int, state: WorkerState | None = None
-) -> WorkerState:
-  """The worker loop: read theta, compute a sample, hand it over; `num_samples` times."""
-  state = state if state is not None else worker.initial_state()
-  for _ in range(num_samples):
-    theta, version = transport.read_theta()
-    sample, state = worker.step(theta, version, state)
-    transport.put_sample(sample)
-  return state

@@ -1,4 +1,4 @@
-"""The cluster: spec parsing and checks, the chief's sample filter, and real processes on loopback.
+"""The cluster roles as real bin/chief and bin/worker processes on loopback.
 
 The multi-process tests start bin/chief and bin/worker as separate processes. Where a network
 namespace can be made (`unshare -n`, as root), each such test re-runs itself inside a fresh one
@@ -10,179 +10,22 @@ import functools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import testing_utils
 
 from task_specific_learned_opt import checkpoints
-from task_specific_learned_opt.distributed import chief as chief_lib
-from task_specific_learned_opt.distributed import cluster, launch, outer_training
+from task_specific_learned_opt.distributed import launch
+from task_specific_learned_opt.distributed import train_dir as train_dir_lib
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 
 NAMESPACE_VARIABLE = "TASK_SPECIFIC_LEARNED_OPT_IN_NETNS"
 CLUSTER = {"chief": ["localhost:2222"], "worker": ["localhost:2223", "127.0.0.1:2224"]}
-
-# ---------------------------------------------------------------------------------------------
-# The spec.
-
-
-def test_parse_cluster_from_the_flag_and_from_tf_config():
-  spec = cluster.parse_cluster(json.dumps(CLUSTER), "worker", 1, environ={})
-  assert spec == cluster.TaskSpec(CLUSTER, "worker", 1)
-  assert cluster.parse_cluster(json.dumps(CLUSTER), "chief", None, environ={}).index == 0
-  tf_config = json.dumps({"cluster": CLUSTER, "task": {"type": "worker", "index": 1}})
-  spec = cluster.parse_cluster(None, "worker", None, environ={"TF_CONFIG": tf_config})
-  assert spec == cluster.TaskSpec(CLUSTER, "worker", 1)
-
-
-@pytest.mark.parametrize(
-  "cluster_json,job,index,message",
-  [
-    ("{not json", "chief", None, "not valid JSON"),
-    ('["localhost:1"]', "chief", None, "JSON object"),
-    (json.dumps({**CLUSTER, "ps": ["localhost:1"]}), "chief", None, "Unknown job.*'ps'"),
-    (json.dumps({"worker": ["localhost:1"]}), "chief", None, "addresses for 'chief'"),
-    (json.dumps({**CLUSTER, "chief": ["a:1", "b:2"]}), "chief", None, "exactly one chief"),
-    (json.dumps({**CLUSTER, "worker": ["localhost"]}), "worker", 0, "not 'host:port'"),
-    (json.dumps({**CLUSTER, "worker": ["localhost:99999"]}), "worker", 0, "not 'host:port'"),
-    (json.dumps({**CLUSTER, "worker": ["localhost:2222"]}), "worker", 0, "address twice"),
-    (json.dumps(CLUSTER), "worker", 2, "out of range.*2 worker task"),
-    (json.dumps(CLUSTER), "worker", None, "--task_index"),
-  ],
-)
-def test_bad_cluster_specs_name_the_problem(cluster_json, job, index, message):
-  with pytest.raises(cluster.ClusterError, match=message):
-    cluster.parse_cluster(cluster_json, job, index, environ={})
-
-
-def test_tf_config_problems():
-  with pytest.raises(cluster.ClusterError, match="No cluster given"):
-    cluster.parse_cluster(None, "chief", None, environ={})
-  with pytest.raises(cluster.ClusterError, match="TF_CONFIG is not valid JSON"):
-    cluster.parse_cluster(None, "chief", None, environ={"TF_CONFIG": "{"})
-  wrong_role = json.dumps({"cluster": CLUSTER, "task": {"type": "worker", "index": 0}})
-  with pytest.raises(cluster.ClusterError, match="is a 'worker'.*runs the 'chief'"):
-    cluster.parse_cluster(None, "chief", None, environ={"TF_CONFIG": wrong_role})
-
-
-def test_public_addresses_are_refused_unless_allowed():
-  cluster.check_private({"chief": ["localhost:1"], "worker": ["10.1.2.3:2", "192.168.0.9:3"]})
-  public = {"chief": ["localhost:1"], "worker": ["8.8.8.8:2222"]}
-  with pytest.raises(cluster.ClusterError, match="8.8.8.8.*public.*--allow_public_addresses"):
-    cluster.check_private(public)
-  cluster.check_private(public, allow_public_addresses=True)
-  with pytest.raises(cluster.ClusterError, match="does not resolve"):
-    cluster.check_private({"chief": ["no-such-host.invalid:1"], "worker": ["localhost:2"]})
-
-
-def test_a_port_in_use_is_reported():
-  with socket.socket() as holder:
-    holder.bind(("", 0))
-    holder.listen()
-    port = holder.getsockname()[1]
-    with pytest.raises(cluster.ClusterError, match=f"Port {port} .* not free"):
-      cluster.check_port_free(f"localhost:{port}")
-  cluster.check_port_free(f"localhost:{port}")  # Free again once released.
-
-
-def test_theta_flattens_and_unflattens():
-  theta = mlp_lopt.MLPLOpt().init(0)
-  flat = cluster.flatten(theta)
-  assert flat.shape == (mlp_lopt.num_meta_parameters(theta),)
-  back = cluster.unflatten(flat, theta)
-  for a, b in zip(tf_flatten(theta), tf_flatten(back), strict=True):
-    np.testing.assert_array_equal(a, b)
-  batch = cluster.unflatten(np.stack([flat, 2 * flat]), theta)
-  np.testing.assert_array_equal(tf_flatten(batch)[0][1], 2 * np.asarray(tf_flatten(theta)[0]))
-
-
-def tf_flatten(nest):
-  import tensorflow as tf
-
-  return tf.nest.flatten(nest)
-
-
-def test_mismatch_messages_name_what_differs():
-  small = cluster.fingerprint(mlp_lopt.MLPLOpt(hidden_size=8).init(0))
-  paper = cluster.fingerprint(mlp_lopt.MLPLOpt().init(0))
-  assert "theta's shapes differ" in cluster.mismatch_message(paper, small)
-  other_gin = json.loads(paper) | {"gin_config_sha256": "0123"}
-  message = cluster.mismatch_message(json.dumps(other_gin), paper)
-  assert "gin configs differ" in message and "--gin_bindings" in message
-
-
-def _batch(versions, incarnations, workers, runs, indices):
-  n = len(versions)
-  return cluster.Batch(
-    g_rp=np.zeros([n, 3], np.float32),
-    g_es=np.zeros([n, 3], np.float32),
-    loss_plus=np.zeros(n, np.float32),
-    loss_minus=np.zeros(n, np.float32),
-    theta_version=np.array(versions, np.int64),
-    num_steps=np.ones(n, np.int32),
-    inner_step=np.zeros(n, np.int32),
-    worker_id=np.array(workers, np.int32),
-    worker_run=np.array(runs, np.int64),
-    sample_index=np.array(indices, np.int64),
-    incarnation=np.array(incarnations, np.int64),
-  )
-
-
-def test_the_chief_drops_samples_of_a_lost_theta_and_duplicates():
-  accept = cluster.SampleFilter(incarnation=7, restored_step=10)
-  # A previous chief's theta up to the checkpoint (10) is the one restored; 11 was lost.
-  keep, lost, duplicate = accept(
-    _batch([10, 11, 11, 3], [5, 5, 7, 7], [0, 0, 1, 1], [1] * 4, [0, 1, 0, 1])
-  )
-  assert keep.tolist() == [True, False, True, True] and (lost, duplicate) == (1, 0)
-  # Worker 1 run 1 index 1 again: a duplicate; a new run of worker 1 starts at 0 again.
-  keep, lost, duplicate = accept(_batch([12, 12, 12], [7, 7, 7], [1, 1, 1], [1, 2, 1], [1, 0, 2]))
-  assert keep.tolist() == [False, True, True] and (lost, duplicate) == (0, 1)
-
-
-def test_max_staleness_drops_old_samples_and_counts_them():
-  lopt = mlp_lopt.MLPLOpt(hidden_size=4)
-  chief = chief_lib.Chief(lopt, batch_size=3, max_staleness=1)
-  chief.outer_step.assign(5)
-  theta = chief.theta_numpy()
-
-  def stacked(scale):
-    return tf_map(lambda x: np.stack([scale * np.ones_like(x)] * 3), theta)
-
-  stats = chief.apply_arrays(
-    stacked(1.0),
-    stacked(1.0),
-    np.ones(3, np.float32),
-    np.ones(3, np.float32),
-    np.array([5, 4, 2]),
-    np.ones(3),
-    np.zeros(3),
-  )
-  assert stats["num_stale"] == 1 and stats["num_kept"] == 2 and stats["max_staleness"] == 3
-  assert chief.step == 6
-  unbounded = chief_lib.Chief(lopt, batch_size=3)
-  stats = unbounded.apply_arrays(
-    stacked(1.0),
-    stacked(1.0),
-    np.ones(3, np.float32),
-    np.ones(3, np.float32),
-    np.array([0, -3, -9]),
-    np.ones(3),
-    np.zeros(3),
-  )
-  assert stats["num_stale"] == 0 and stats["num_kept"] == 3
-
-
-def tf_map(fn, nest):
-  import tensorflow as tf
-
-  return tf.nest.map_structure(fn, nest)
-
 
 # ---------------------------------------------------------------------------------------------
 # Real processes.
@@ -267,7 +110,7 @@ class Cluster:
       return f.read()
 
   def records(self):
-    path = os.path.join(self.train_dir, outer_training.PROGRESS_FILENAME)
+    path = os.path.join(self.train_dir, train_dir_lib.PROGRESS_FILENAME)
     if not os.path.exists(path):
       return []
     with open(path) as f:
@@ -346,7 +189,9 @@ def test_two_workers_a_killed_worker_and_a_mismatched_one(request, make_cluster)
   theta = checkpoints.load_theta(
     os.path.join(c.train_dir, checkpoints.THETA_DIRNAME), mlp_lopt.MLPLOpt()
   )
-  assert not np.array_equal(tf_flatten(theta)[0], tf_flatten(mlp_lopt.MLPLOpt().init(0))[0])
+  assert not np.array_equal(
+    tf.nest.flatten(theta)[0], tf.nest.flatten(mlp_lopt.MLPLOpt().init(0))[0]
+  )
 
 
 @pytest.mark.integration
@@ -374,8 +219,6 @@ def test_a_killed_chief_restarts_from_its_checkpoint_and_workers_carry_on(reques
 
 
 def tf_latest_step(train_dir):
-  import tensorflow as tf
-
   path = tf.train.latest_checkpoint(os.path.join(train_dir, checkpoints.CHECKPOINT_DIRNAME))
   return None if path is None else path.rsplit("-", 1)[1]
 
@@ -420,7 +263,7 @@ def test_launch_local_runs_a_chief_and_workers_to_the_end(request, tmp_path):
   done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
   assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
   assert "Started a chief" in done.stderr
-  with open(train_dir / outer_training.PROGRESS_FILENAME) as f:
+  with open(train_dir / train_dir_lib.PROGRESS_FILENAME) as f:
     assert [json.loads(line)["outer_step"] for line in f] == [1, 2, 3]
   logs = sorted(os.listdir(train_dir / "logs"))
   assert logs == ["chief.log", "worker0.log", "worker1.log"]

@@ -3,7 +3,12 @@
 import glob
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -12,14 +17,13 @@ from absl import flags
 
 from task_specific_learned_opt import checkpoints
 from task_specific_learned_opt.distributed import local, outer_training
+from task_specific_learned_opt.distributed import train_dir as train_dir_lib
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.outer import schedules
 from task_specific_learned_opt.tasks import quadratic
 
 
 def _bind_small():
-  import gin
-
   gin.bind_parameter("Chief.batch_size", 3)
   gin.bind_parameter("Worker.horizon", 12)
   gin.bind_parameter("Worker.schedule", schedules.FixedLength(4))
@@ -42,7 +46,7 @@ def _theta(train_dir, lopt=None):
 
 
 def _records(train_dir):
-  with open(os.path.join(str(train_dir), local.PROGRESS_FILENAME)) as f:
+  with open(os.path.join(str(train_dir), train_dir_lib.PROGRESS_FILENAME)) as f:
     return [json.loads(line) for line in f]
 
 
@@ -65,7 +69,7 @@ def test_a_resumed_run_continues_exactly(tmp_path):
 def test_outputs_are_written(tmp_path):
   _train(tmp_path, 2)
   assert glob.glob(str(tmp_path / "events.out.tfevents.*"))
-  assert os.path.getsize(tmp_path / local.PLOT_FILENAME) > 1000
+  assert os.path.getsize(tmp_path / train_dir_lib.PLOT_FILENAME) > 1000
   assert tf.train.latest_checkpoint(str(tmp_path / checkpoints.CHECKPOINT_DIRNAME)).endswith("-2")
   record = _records(tmp_path)[-1]
   for key in ("outer_loss", "rp_variance", "es_variance", "es_weight", "samples_per_second"):
@@ -74,7 +78,7 @@ def test_outputs_are_written(tmp_path):
 
 def test_a_checkpoint_of_another_experiment_is_refused(tmp_path):
   _train(tmp_path, 1)
-  with pytest.raises(local.CheckpointError, match="another experiment"):
+  with pytest.raises(train_dir_lib.CheckpointError, match="another experiment"):
     _train(tmp_path, 2, lopt=mlp_lopt.MLPLOpt(feature_set="original_code"))
 
 
@@ -84,7 +88,7 @@ def test_a_damaged_checkpoint_is_refused_and_left_in_place(tmp_path):
   with open(data_files[0], "r+b") as f:
     f.truncate(16)
   before = sorted(os.listdir(tmp_path / checkpoints.CHECKPOINT_DIRNAME))
-  with pytest.raises(local.CheckpointError, match="damaged"):
+  with pytest.raises(train_dir_lib.CheckpointError, match="damaged"):
     _train(tmp_path, 2)
   assert sorted(os.listdir(tmp_path / checkpoints.CHECKPOINT_DIRNAME)) == before
 
@@ -130,9 +134,6 @@ def test_bin_train_local_main(tmp_path, capsys):
 
 
 def _launch(train_dir, steps, extra=()):
-  import subprocess
-  import sys
-
   args = [
     sys.executable,
     os.path.join(testing_utils.REPO, "bin", "train_local"),
@@ -152,11 +153,9 @@ def _launch(train_dir, steps, extra=()):
 
 
 def _wait_for_steps(train_dir, steps, process, timeout=240):
-  import time
-
   deadline = time.time() + timeout
   while time.time() < deadline:
-    path = os.path.join(str(train_dir), local.PROGRESS_FILENAME)
+    path = os.path.join(str(train_dir), train_dir_lib.PROGRESS_FILENAME)
     if os.path.exists(path) and len(_records(train_dir)) >= steps:
       return
     assert process.poll() is None, process.stdout.read().decode()[-2000:]
@@ -167,8 +166,6 @@ def _wait_for_steps(train_dir, steps, process, timeout=240):
 
 @pytest.mark.integration
 def test_sigkill_then_restart_resumes_from_the_checkpoint(tmp_path):
-  import signal
-
   straight = _launch(tmp_path / "straight", 5)
   assert straight.wait(timeout=300) == 0
   killed = _launch(tmp_path / "killed", 5)
@@ -190,8 +187,6 @@ def test_sigkill_then_restart_resumes_from_the_checkpoint(tmp_path):
 
 @pytest.mark.integration
 def test_sigterm_saves_a_checkpoint_before_exit(tmp_path):
-  import signal
-
   process = _launch(tmp_path, 1000)
   _wait_for_steps(tmp_path, 2, process)
   process.send_signal(signal.SIGTERM)

@@ -1,19 +1,21 @@
 """The worker's truncation step: reproducible samples, the curriculum, the horizon reset."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
-from task_specific_learned_opt.distributed import in_process, worker
+from task_specific_learned_opt.distributed import worker
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.outer import schedules
 from task_specific_learned_opt.tasks import quadratic
 
+# One family and learned optimizer for every worker: they share one compiled sampler.
+FAMILY, LOPT = quadratic.QuadraticFamily(dim=4), mlp_lopt.MLPLOpt()
+
 
 def _worker(worker_id=0, **kwargs):
   kwargs.setdefault("schedule", schedules.FixedLength(5))
-  return worker.Worker(
-    quadratic.QuadraticFamily(dim=4), mlp_lopt.MLPLOpt(), worker_id=worker_id, **kwargs
-  )
+  return worker.Worker(FAMILY, LOPT, worker_id=worker_id, **kwargs)
 
 
 def test_truncations_follow_the_schedule_and_reset_at_the_horizon():
@@ -52,19 +54,6 @@ def test_samples_are_reproducible_from_theta_state_and_seed():
   assert other.loss_plus != sample_a.loss_plus  # Another worker, another task.
 
 
-def test_run_worker_feeds_the_transport():
-  transport = in_process.InProcessTransport()
-  w = _worker()
-  transport.publish_theta(w.lopt.init(0), 3)
-  state = worker.run_worker(w, transport, 3)
-  samples = transport.take_samples(3, timeout=1)
-  assert [s.inner_step for s in samples] == [0, 5, 10] and state.truncation_index == 3
-  assert all(s.theta_version == 3 for s in samples)
-  assert transport.take_samples(1, timeout=0.01) == []
-
-
 def test_unknown_objective():
-  import pytest
-
   with pytest.raises(ValueError, match="objective"):
     _worker(objective="test")

@@ -1,7 +1,8 @@
 """Tests for the paper's per-parameter MLP learned optimizer (App. D.1).
 
 The full-step tests write the optimizer out in numpy (momenta, per-tensor normalised columns,
-concatenated time features, the MLP and the exponential step) and compare it with MLPLOpt.
+concatenated time features, the MLP and the exponential step) and compare both implementations
+of MLPLOpt with it: the fast kernel (opt_fn) and the per-tensor specification (reference_opt_fn).
 """
 
 import numpy as np
@@ -95,8 +96,11 @@ def _numpy_update(theta, params, grads, momenta, t, feature_set, use_time, time_
     ({"use_time": False}, "paper", False, None, 7),
   ],
 )
-def test_two_full_steps_against_numpy(kwargs, feature_set, use_time, time_scales, num_inputs):
-  lopt = mlp_lopt.MLPLOpt(**kwargs)
+@pytest.mark.parametrize("implementation", ["fast", "reference"])
+def test_two_full_steps_against_numpy(
+  kwargs, feature_set, use_time, time_scales, num_inputs, implementation
+):
+  lopt = mlp_lopt.MLPLOpt(implementation=implementation, **kwargs)
   theta = _numpy_theta(lopt)
   assert theta["hidden"]["w"].shape == (num_inputs, 32)
   opt = lopt.opt_fn(_tf(theta))
@@ -166,6 +170,17 @@ def test_state_keeps_structure_dtypes_and_shapes():
   assert new_state.momenta["a"].shape == (5, 2, 3)
   assert new_state.momenta["b"].shape == (5, 4)
   assert opt.get_params(new_state) is new_state.params
+
+
+def test_update_config_mirrors_the_hyperparameters():
+  lopt = mlp_lopt.MLPLOpt(decays=(0.5, 0.9), use_time=False, step_scale_exp=2e-3)
+  config = lopt.update_config
+  assert config.decays == (0.5, 0.9)
+  assert config.time_scales == ()
+  assert not config.use_time
+  assert config.step_scale_exp == 2e-3
+  for name, value in config._asdict().items():
+    assert getattr(lopt, name) == value
 
 
 # Meta-parameters.

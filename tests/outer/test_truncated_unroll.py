@@ -40,6 +40,7 @@ def _sample_fn(task, lopt, objective="train", recompute=True, sigma=0.1):
   return run
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("objective", ["train", "valid"])
 def test_losses_and_end_state_follow_the_definition(objective):
   task = _tiny_cnn_task(0)
@@ -76,6 +77,7 @@ def test_losses_and_end_state_follow_the_definition(objective):
   np.testing.assert_allclose(sample.g_es["hidden"]["w"], scale * e["hidden"]["w"], rtol=1e-5)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("objective", ["train", "valid"])
 def test_recomputed_and_plain_backprop_give_the_same_g_rp(objective):
   task = _tiny_cnn_task(1)
@@ -188,6 +190,7 @@ def _smoothed_gradient_numpy(theta, sigma, *args):
   )
 
 
+@pytest.mark.integration
 def test_g_rp_and_g_es_are_unbiased_for_the_smoothed_objective():
   task = quadratic.QuadraticTask(dim=3, min_curvature=0.5, max_curvature=2.0, init_std=0.5)
   lopt = _LearnedRateAndDecay()

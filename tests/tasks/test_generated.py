@@ -1,6 +1,7 @@
 """The embedded generated family: deterministic, not separable by mean colour, learnable."""
 
 import numpy as np
+import pytest
 
 from task_specific_learned_opt import inner_training
 from task_specific_learned_opt.optimizers import adam
@@ -39,6 +40,7 @@ def test_mean_colour_does_not_identify_the_class():
   assert np.mean(np.concatenate(correct)) < 0.2
 
 
+@pytest.mark.integration
 def test_the_paper_cnn_learns_a_task_with_adam_in_hundreds_of_steps():
   task = families.ClassSubsetFamily(source=generated.GeneratedClassSource()).sample(0)
   losses = inner_training.train(task, adam.Adam(learning_rate=3e-3), 300, seed=0).losses.numpy()

@@ -5,7 +5,7 @@ so a plain tfds.load pass under the same context is the reference the class inde
 """
 
 import os
-import time
+import socket
 from unittest import mock
 
 import numpy as np
@@ -104,12 +104,18 @@ def test_second_source_reads_the_cache_without_tfds(tmp_path, image_size, leaf):
 
 
 @pytest.mark.parametrize("dataset", sorted(tfds_source.DATASETS))
-def test_missing_dataset_fails_fast_with_the_prepare_command(tmp_path, dataset):
+def test_missing_dataset_fails_fast_with_the_prepare_command(
+  tmp_path, dataset, no_tfds_download_or_read
+):
   data_dir = str(tmp_path / "empty_data_dir")
-  start = time.perf_counter()
   with pytest.raises(tfds_source.DatasetNotPreparedError) as error:
     tfds_source.TfdsClassSource(dataset, data_dir=data_dir)
-  assert time.perf_counter() - start < 1.0
+  # Fails fast: nothing downloaded (no download call, no connection, nothing written to the data
+  # dir) and no data read: the one probe, builder.as_dataset of the first split, raised for the
+  # missing data before reading, and the error came from it.
+  assert no_tfds_download_or_read.forbidden_calls == []
+  assert no_tfds_download_or_read.as_dataset_outcomes == ["raised: data not found"]
+  assert not os.path.exists(data_dir)
   message = str(error.value)
   assert dataset in message
   assert data_dir in message
@@ -139,3 +145,23 @@ def test_bad_split_or_class_id_raises(split, class_id, match):
     source = tfds_source.TfdsClassSource("mnist")
     with pytest.raises(ValueError, match=match):
       source.images(split, class_id)
+
+
+def test_the_guard_fails_a_download_a_connection_and_a_read(tmp_path, no_tfds_download_or_read):
+  # The guard of the missing-dataset tests is not vacuous: each of these fails the test.
+  builder = tfds.builder("mnist", data_dir=str(tmp_path))
+  attempts = [
+    builder.download_and_prepare,
+    lambda: tfds.load("mnist", data_dir=str(tmp_path), download=True),
+    lambda: socket.create_connection(("localhost", 9)),
+    lambda: tfds.as_numpy(tf.data.Dataset.range(1)),
+  ]
+  for attempt in attempts:
+    with pytest.raises(pytest.fail.Exception):
+      attempt()
+  assert no_tfds_download_or_read.forbidden_calls == [
+    "DatasetBuilder.download_and_prepare",
+    "tensorflow_datasets.load",
+    "socket.create_connection",
+    "tensorflow_datasets.as_numpy",
+  ]

@@ -1,17 +1,22 @@
-"""The fast MLPLOpt update (opt_fn) against the per-tensor reference (reference_opt_fn).
+"""The fast kernel of MLPLOpt's update (fast_update.py, App. D.1) against the specification.
 
-Both implement App. D.1; the fast one folds the normalisation and the feature map into one matrix
-per tensor (see mlp_lopt's docstring). They must agree to float32 rounding on a real multi-tensor
-params nest (the paper's CNN) for every feature set and ablation, and so must their gradients with
-respect to theta, which the outer-training backpropagates through.
+The kernel folds the normalisation and the feature map into one matrix per tensor (see
+fast_update's docstring). MLPLOpt.opt_fn, which calls it, and the per-tensor reference
+(reference_opt_fn) must agree to float32 rounding on a real multi-tensor params nest (the paper's
+CNN) for every feature set and ablation, with or without the kernel's grouping of small tensors
+and its fused ReLU, and so must their gradients with respect to theta, which the outer-training
+backpropagates through.
 """
+
+import ast
+import inspect
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from task_specific_learned_opt import inner_training
-from task_specific_learned_opt.learned_optimizers import features, mlp_lopt
+from task_specific_learned_opt.learned_optimizers import fast_update, features, mlp_lopt
 from task_specific_learned_opt.tasks import networks, random_data
 
 CONFIGS = {
@@ -43,7 +48,7 @@ def _assert_close(actual, expected, scale, rtol):
 
 def test_feature_maps_worked_numbers():
   lopt = mlp_lopt.MLPLOpt(decays=(0.5, 0.9), time_scales=())
-  b, c = mlp_lopt.feature_maps(lopt)
+  b, c = fast_update.feature_maps(lopt.update_config)
   z = np.array([2.0, 3.0, 1.0, 1.0, -1.0], np.float32)  # [g, w, 1, m_0.5, m_0.9].
   # m_0.5 <- 0.5 * 1 + 0.5 * 2 = 1.5; m_0.9 <- 0.9 * (-1) + 0.1 * 2 = -0.7.
   y = b @ z
@@ -51,10 +56,11 @@ def test_feature_maps_worked_numbers():
   np.testing.assert_allclose(c @ y, [2.0, 3.0, 1.5, -0.7], rtol=1e-6)  # [g, w, m_0.5, m_0.9].
 
   no_momentum = mlp_lopt.MLPLOpt(decays=(0.5, 0.9), use_momentum=False)
-  np.testing.assert_allclose(mlp_lopt.feature_maps(no_momentum)[1] @ y, [2.0, 3.0], rtol=1e-6)
+  c_no_momentum = fast_update.feature_maps(no_momentum.update_config)[1]
+  np.testing.assert_allclose(c_no_momentum @ y, [2.0, 3.0], rtol=1e-6)
 
   original = mlp_lopt.MLPLOpt(decays=(0.5, 0.9), feature_set="original_code")
-  c = mlp_lopt.feature_maps(original)[1]
+  c = fast_update.feature_maps(original.update_config)[1]
   # [g, 1000 m x2, w, m x2, rms = 0 x2, rsqrt(0 + 1e-6) = 1000 x2]: 22 columns with 5 decays.
   expected = [2.0, 1500.0, -700.0, 3.0, 1.5, -0.7, 0.0, 0.0, 1000.0, 1000.0]
   np.testing.assert_allclose(c @ y, expected, rtol=1e-6)
@@ -197,7 +203,7 @@ def test_one_small_tensor_beside_large_ones(config):
   """A lone small tensor is not grouped; tensors above GROUP_MAX_ELEMENTS never are."""
   lopt = mlp_lopt.MLPLOpt(**CONFIGS[config])
   theta = _theta(lopt)
-  big = mlp_lopt.GROUP_MAX_ELEMENTS + 3
+  big = fast_update.GROUP_MAX_ELEMENTS + 3
   rng = np.random.default_rng(0)
   params = {
     "big": tf.constant(0.1 * rng.normal(size=[big]), tf.float32),
@@ -257,3 +263,88 @@ def test_unfused_relu_on_one_thread_matches_the_reference(monkeypatch, cnn_task)
   for p0, a, b in flat:
     moved = (p0 - b).numpy()
     _assert_close((p0 - a).numpy(), moved, np.max(np.abs(moved)), rtol=1e-5)
+
+
+# The kernel on its own.
+
+
+def test_kernel_on_flat_lists_is_what_opt_fn_runs():
+  lopt = mlp_lopt.MLPLOpt()
+  theta = _theta(lopt)
+  params = {"w": tf.linspace(-1.0, 1.0, 12), "b": tf.constant([0.3, -0.2])}
+  grads = {"w": tf.linspace(0.5, -0.5, 12), "b": tf.constant([0.1, 0.2])}
+  opt = lopt.opt_fn(theta)
+  state = opt.update(opt.init(params), grads)  # Non-zero momenta, t = 1.
+  expected = opt.update(state, grads)
+  kernel = fast_update.FastUpdate(lopt.update_config, theta)
+  new_params, new_momenta = kernel(
+    tf.nest.flatten(state.params),
+    tf.nest.flatten(grads),
+    tf.nest.flatten(state.momenta),
+    state.iteration,
+  )
+  assert isinstance(new_params, list) and isinstance(new_momenta, list)
+  for a, b in zip(new_params, tf.nest.flatten(expected.params), strict=True):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+  for a, b in zip(new_momenta, tf.nest.flatten(expected.momenta), strict=True):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def _relu_op(a, x, zero, n):
+  del zero, n
+  return tf.nn.relu(tf.matmul(a, x))
+
+
+def _relu_fused(a, x, zero, n):
+  return tf.nn.relu(tf.nn.bias_add(tf.matmul(a, x), tf.fill([n], zero)))
+
+
+# What benchmarks/learned_update.py patches in the kernel module, the intra-op threads under which
+# the kernel would do otherwise (0: all cores), and the op whose presence shows the patch took.
+VARIANTS = {
+  "ungrouped": ("GROUP_MAX_ELEMENTS", 0, 0, "group_momenta", False),
+  "relu_op": ("_relu_matmul", _relu_op, 0, "BiasAdd", False),
+  "relu_fused": ("_relu_matmul", _relu_fused, 1, "BiasAdd", True),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_benchmark_variants_of_the_kernel_match_the_reference(variant, monkeypatch, cnn_task):
+  name, value, threads, op_name, present = VARIANTS[variant]
+  lopt = mlp_lopt.MLPLOpt()
+  theta = _theta(lopt)
+  params = cnn_task.init_params(0)
+  grads = tf.nest.map_structure(lambda p: 0.1 * tf.sin(7.0 * p), params)
+  fast, reference = lopt.opt_fn(theta), lopt.reference_opt_fn(theta)
+
+  def ops():
+    graph = tf.function(fast.update).get_concrete_function(fast.init(params), grads).graph
+    return {op.type for op in graph.get_operations()} | {op.name for op in graph.get_operations()}
+
+  monkeypatch.setattr(tf.config.threading, "get_intra_op_parallelism_threads", lambda: threads)
+  assert (op_name in ops()) != present
+  monkeypatch.setattr(fast_update, name, value)
+  assert (op_name in ops()) == present
+  actual = tf.function(fast.update)(fast.init(params), grads)
+  expected = reference.update(reference.init(params), grads)
+  for p0, a, b in zip(
+    tf.nest.flatten(params),
+    tf.nest.flatten(actual.params),
+    tf.nest.flatten(expected.params),
+    strict=True,
+  ):
+    moved = (p0 - b).numpy()
+    _assert_close((p0 - a).numpy(), moved, np.max(np.abs(moved)), rtol=1e-5)
+
+
+def test_kernel_imports_no_more_than_the_features():
+  """fast_update must not import mlp_lopt (which imports it) nor MLPLOpt's other dependencies."""
+  tree = ast.parse(inspect.getsource(fast_update))
+  imported = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      imported |= {alias.name for alias in node.names}
+    elif isinstance(node, ast.ImportFrom):
+      imported |= {f"{node.module}.{alias.name}" for alias in node.names}
+  project = {name for name in imported if name.startswith("task_specific_learned_opt")}
+  assert project == {"task_specific_learned_opt.learned_optimizers.features"}

@@ -1,0 +1,198 @@
+"""The cluster spec of bin/chief and bin/worker: parsing, address and port checks, the server.
+
+A cluster is one chief task and one or more worker tasks, each "host:port", given as JSON with
+--cluster ({"chief": ["host:port"], "worker": ["host:port", ...]}) or in the standard TF_CONFIG
+variable ({"cluster": {...}, "task": {"type": ..., "index": ...}}). Every process starts a
+`tf.distribute.Server` for its own task.
+
+Exposure: TensorFlow's gRPC server listens on all interfaces and has no authentication, so
+cluster specs with public addresses are refused unless allow_public_addresses is set.
+"""
+
+import errno
+import ipaddress
+import json
+import os
+import socket
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import tensorflow as tf
+from absl import logging
+
+JOBS = ("chief", "worker")
+
+
+class ClusterError(ValueError):
+  """A cluster spec, address or port that cannot be used; the message names the fix."""
+
+
+class TaskSpec(NamedTuple):
+  cluster: dict  # {"chief": ["host:port"], "worker": [...]}.
+  job: str
+  index: int
+
+
+def _split_address(address: str) -> tuple[str, int]:
+  if not isinstance(address, str) or ":" not in address:
+    raise ClusterError(f"Address {address!r} in the cluster spec is not 'host:port'.")
+  host, port = address.rsplit(":", 1)
+  host = host.strip("[]")
+  try:
+    port_number = int(port)
+  except ValueError:
+    port_number = -1
+  if not host or not 0 < port_number < 65536:
+    raise ClusterError(f"Address {address!r} in the cluster spec is not 'host:port'.")
+  return host, port_number
+
+
+def parse_cluster(
+  cluster_json: str | Mapping | None,
+  job: str,
+  index: int | None = None,
+  environ: Mapping[str, str] | None = None,
+) -> TaskSpec:
+  """The cluster and this process's task, from --cluster or the TF_CONFIG variable.
+
+  Args:
+    cluster_json: the --cluster flag (JSON, {"chief": ["host:port"], "worker": [...]}) or None
+      to read TF_CONFIG ({"cluster": {...}, "task": {"type": ..., "index": ...}}).
+    job: "chief" or "worker", this binary's role.
+    index: --task_index, or None to take it from TF_CONFIG (0 for the chief).
+    environ: the environment (os.environ by default).
+
+  Raises:
+    ClusterError: no cluster given, malformed JSON, a missing or unknown job, an index out of
+      range, an address that is not host:port, or a TF_CONFIG task of another role.
+  """
+  environ = os.environ if environ is None else environ
+  task = {}
+  if cluster_json is None:
+    if "TF_CONFIG" not in environ:
+      raise ClusterError(
+        'No cluster given: pass --cluster \'{"chief": ["host:port"], '
+        '"worker": ["host:port", ...]}\' or set TF_CONFIG.'
+      )
+    try:
+      config = json.loads(environ["TF_CONFIG"])
+    except json.JSONDecodeError as e:
+      raise ClusterError(f"TF_CONFIG is not valid JSON ({e}).") from e
+    if not isinstance(config, dict) or "cluster" not in config:
+      raise ClusterError("TF_CONFIG has no 'cluster' entry.")
+    cluster, task = config["cluster"], config.get("task") or {}
+  elif isinstance(cluster_json, Mapping):
+    cluster = dict(cluster_json)
+  else:
+    try:
+      cluster = json.loads(cluster_json)
+    except json.JSONDecodeError as e:
+      raise ClusterError(f"--cluster is not valid JSON ({e}): {cluster_json!r}.") from e
+  if not isinstance(cluster, dict):
+    raise ClusterError(f"The cluster spec must be a JSON object of jobs, got {cluster!r}.")
+  unknown = sorted(set(cluster) - set(JOBS))
+  if unknown:
+    raise ClusterError(f"Unknown job(s) {unknown} in the cluster spec; the jobs are {JOBS}.")
+  for name in JOBS:
+    addresses = cluster.get(name)
+    if not isinstance(addresses, list) or not addresses:
+      raise ClusterError(f"The cluster spec needs a non-empty list of addresses for {name!r}.")
+    for address in addresses:
+      _split_address(address)
+  if len(cluster["chief"]) != 1:
+    raise ClusterError(f"The cluster spec must have exactly one chief, got {cluster['chief']}.")
+  all_addresses = cluster["chief"] + cluster["worker"]
+  if len(set(all_addresses)) != len(all_addresses):
+    raise ClusterError("The cluster spec lists an address twice; every task needs its own port.")
+  if task:
+    if task.get("type") != job:
+      raise ClusterError(
+        f"TF_CONFIG says this task is a {task.get('type')!r}, but this binary runs the {job!r}."
+      )
+    if index is None:
+      index = task.get("index", 0)
+  if index is None:
+    index = 0 if job == "chief" else None
+  if index is None:
+    raise ClusterError("No task index: pass --task_index (or set TF_CONFIG's task.index).")
+  if not isinstance(index, int) or not 0 <= index < len(cluster[job]):
+    raise ClusterError(
+      f"Task index {index!r} is out of range: the cluster has {len(cluster[job])} {job} task(s), "
+      f"indices 0 to {len(cluster[job]) - 1}."
+    )
+  return TaskSpec({name: list(cluster[name]) for name in JOBS}, job, index)
+
+
+def check_private(cluster: Mapping, allow_public_addresses: bool = False) -> None:
+  """Refuses addresses outside loopback and the private ranges unless explicitly allowed.
+
+  TensorFlow's gRPC server listens on all interfaces whatever host the spec names, and anyone who
+  reaches its port can run graph ops in that process.
+
+  Raises:
+    ClusterError: a host that does not resolve, or a public one without allow_public_addresses.
+  """
+  for job, addresses in cluster.items():
+    for address in addresses:
+      host, _ = _split_address(address)
+      try:
+        infos = socket.getaddrinfo(host, None)
+      except socket.gaierror as e:
+        raise ClusterError(f"Host {host!r} ({job} {address}) does not resolve: {e}.") from e
+      for info in infos:
+        ip = ipaddress.ip_address(info[4][0].split("%")[0])
+        if not (ip.is_loopback or ip.is_private) and not allow_public_addresses:
+          raise ClusterError(
+            f"{job} address {address} is public ({ip}). TensorFlow's server listens on all "
+            "interfaces without authentication: run the cluster on a private network or behind "
+            "a firewall, and pass --allow_public_addresses only if you have."
+          )
+
+
+def check_port_free(address: str) -> None:
+  """Raises ClusterError if a process on this machine listens on `address`'s port.
+
+  A port whose only users are connections of a process that has gone (TIME-WAIT, for a minute
+  after a chief is killed or stopped) is free: the bind sets SO_REUSEADDR, as TensorFlow's own
+  server does, so only a listening socket makes it fail.
+  """
+  _, port = _split_address(address)
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+      s.bind(("", port))
+    except OSError as e:
+      raise ClusterError(
+        f"Port {port} (from {address} in the cluster spec) is not free: {e.strerror}. Stop the "
+        "process that holds it or give this task another port."
+      ) from e
+
+
+def nobody_listens(address: str, timeout: float = 1.0) -> bool:
+  """True if a connection to `address` is refused: no process is there (any more).
+
+  A timeout or an unreachable network proves nothing (a firewall may hide a live task), so it
+  gives False.
+  """
+  host, port = _split_address(address)
+  try:
+    with socket.create_connection((host, port), timeout=timeout):
+      return False
+  except ConnectionRefusedError:
+    return True
+  except OSError as e:
+    return e.errno == errno.ECONNREFUSED
+
+
+def start_server(spec: TaskSpec) -> tf.distribute.Server:
+  """Starts this task's server (after checking its port)."""
+  address = spec.cluster[spec.job][spec.index]
+  check_port_free(address)
+  try:
+    server = tf.distribute.Server(
+      tf.train.ClusterSpec(spec.cluster), job_name=spec.job, task_index=spec.index, start=True
+    )
+  except (tf.errors.OpError, RuntimeError, ValueError) as e:
+    raise ClusterError(f"Cannot start the {spec.job} server on {address}: {e}") from e
+  logging.info("Started the %s %d server on %s.", spec.job, spec.index, address)
+  return server

@@ -1,0 +1,195 @@
+"""The one chief loop and the one worker loop, for local mode and the cluster alike (App. C).
+
+  chief_loop(files, transport, incarnation, idle):
+    publish theta; until the last outer step:
+      take a batch (or, if fewer samples are queued, call idle() and try again);
+      filter (samples of a theta this chief never had, duplicates);
+      apply (drop stale and non-finite, merge, Adam); publish theta; record; checkpoint if due.
+    save; tell the workers training has finished.
+  WorkerLoop(worker, transport).run():
+    until training has finished: read theta, compute one sample from the worker's inner run
+    (worker.Worker.step), put it.
+
+Local mode (local.py) runs the chief loop with idle = "the next worker computes a sample", over
+the in-process transport; the cluster roles (cluster.py) run it with idle = "sleep a moment" and
+one WorkerLoop per worker process, over the TensorFlow-runtime transport.
+"""
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from task_specific_learned_opt.distributed import base, train_dir
+from task_specific_learned_opt.distributed import worker as worker_lib
+
+WORKER_LOG_SECS = 30.0  # At most one progress line per worker this often (and the first sample).
+
+
+class SampleFilter:
+  """Which samples of a batch the chief may apply (beyond the Chief's non-finite/stale checks).
+
+  Drops samples computed with a theta this chief never had (an earlier chief run's version past
+  the checkpoint this one restored) and any (worker, worker run, sample index) seen before.
+  """
+
+  def __init__(self, incarnation: int, restored_step: int):
+    """Makes the filter of one chief run.
+
+    Args:
+      incarnation: this chief run's id; its own theta versions are never lost.
+      restored_step: the outer step it resumed from (0 for a new run).
+    """
+    self.incarnation = int(incarnation)
+    self.restored_step = int(restored_step)
+    self._last_index = {}  # (worker_id, worker_run) -> highest sample index seen.
+
+  def __call__(self, batch: base.Batch) -> tuple[np.ndarray, int, int]:
+    """(keep mask [B], number from a lost theta, number of duplicates) for `batch`."""
+    lost = (np.asarray(batch.incarnation) != self.incarnation) & (
+      np.asarray(batch.theta_version) > self.restored_step
+    )
+    duplicate = np.zeros_like(lost)
+    ids, runs = np.asarray(batch.worker_id).tolist(), np.asarray(batch.worker_run).tolist()
+    keys = zip(ids, runs, strict=True)
+    for i, key in enumerate(keys):
+      index = int(batch.sample_index[i])
+      if index <= self._last_index.get(key, -1):
+        duplicate[i] = True
+      else:
+        self._last_index[key] = index
+    return ~(lost | duplicate), int(np.sum(lost)), int(np.sum(duplicate & ~lost))
+
+
+def chief_loop(
+  files: train_dir.ChiefFiles,
+  transport: base.Transport,
+  incarnation: int,
+  idle: Callable[[], None],
+) -> dict:
+  """Outer-trains until the experiment's last outer step; saves at exit; tells workers it is over.
+
+  Every update (apply, publish, record) runs with SIGINT/SIGTERM held, so an interrupt never
+  leaves theta published but unrecorded; a checkpoint is written at exit, interrupted or not.
+
+  Args:
+    files: the chief and its train dir, restored from the latest checkpoint.
+    transport: where samples come from and theta goes.
+    incarnation: this chief run's id (the samples computed from its theta carry it).
+    idle: called whenever fewer than a batch of samples are queued (local mode: the next worker
+      computes a sample; a cluster: a short sleep).
+
+  Returns:
+    The last outer step's statistics (empty if no step was taken).
+  """
+  chief, setup = files.chief, files.setup
+  accept = SampleFilter(incarnation, chief.step)
+  transport.publish_theta(base.flatten(chief.theta_numpy()), chief.step)
+  if chief.step >= setup.num_outer_steps:
+    logging.info(
+      "Outer step %d already reached %d; nothing to train.", chief.step, setup.num_outer_steps
+    )
+  stats, samples_taken, active = {}, 0, False
+  try:
+    while chief.step < setup.num_outer_steps:
+      active = True
+      batch = transport.take_samples(chief.batch_size)
+      if batch is None:
+        idle()
+        continue
+      samples_taken += len(batch.loss_plus)
+      keep, num_lost, num_duplicate = accept(batch)
+      if not keep.any():
+        logging.warning("A whole batch was from a lost theta or seen before; skipped.")
+        continue
+      with train_dir.interrupts_deferred():  # Apply, publish and record: all or nothing.
+        kept = base.select(batch, keep)
+        stats = chief.apply(kept)
+        transport.publish_theta(base.flatten(chief.theta_numpy()), chief.step)
+        stats.update(
+          num_lost_theta=num_lost,
+          num_duplicate=num_duplicate,
+          num_workers_in_batch=len(set(kept.worker_id.tolist())),
+        )
+        stats = files.record(stats, samples_taken)
+      files.save_if_due()
+  finally:
+    if active:  # Else nothing changed since the checkpoint it resumed from.
+      files.save()
+  transport.finish()
+  return stats
+
+
+class WorkerLoop:
+  """One worker's loop: read theta, compute a sample from its inner run, put it; until it is over.
+
+  `step` is one pass (local mode interleaves the passes of its workers); `run` repeats it.
+  `state` (the worker's inner run) is public so local mode can checkpoint it.
+  """
+
+  def __init__(
+    self,
+    worker: worker_lib.Worker,
+    transport: base.Transport,
+    worker_run: int = 0,
+    state: worker_lib.WorkerState | None = None,
+  ):
+    """Makes the loop.
+
+    Args:
+      worker: computes samples.
+      transport: where theta comes from and samples go.
+      worker_run: an id of this worker process, put on its samples (duplicates are told apart
+        per (worker, run)).
+      state: the worker's state to continue from; a fresh one if None.
+    """
+    self.worker = worker
+    self.transport = transport
+    self.worker_run = int(worker_run)
+    self.state = state if state is not None else worker.initial_state()
+    self.num_put = 0
+    self._template = tf.nest.map_structure(np.asarray, worker.lopt.init(0))
+    self._last_log = -float("inf")
+
+  def step(self) -> bool:
+    """Computes and puts one sample; False, computing nothing, once training has finished."""
+    published = self.transport.read_theta()
+    if published is None:
+      return False
+    theta, version = published
+    start = time.time()
+    sample, self.state = self.worker.step(
+      base.unflatten(theta, self._template), version, self.state
+    )
+    computed = time.time()
+    sample = sample._replace(worker_run=self.worker_run, sample_index=self.num_put)
+    if not self.transport.put_sample(sample):
+      return True
+    self.num_put += 1
+    if time.time() - self._last_log > WORKER_LOG_SECS:
+      logging.info(
+        "worker %d: sample %d at theta version %d, K %d, L+ %.4f, %.2f s (put %.1f ms)",
+        self.worker.worker_id,
+        self.num_put,
+        sample.theta_version,
+        sample.num_steps,
+        sample.loss_plus,
+        computed - start,
+        1000 * (time.time() - computed),
+      )
+      self._last_log = time.time()
+    return True
+
+  def run(self, max_samples: int | None = None) -> int:
+    """Steps until training has finished (or `max_samples` were put); returns samples put."""
+    while max_samples is None or self.num_put < max_samples:
+      if not self.step():
+        logging.info(
+          "The chief has finished; worker %d leaves after %d samples.",
+          self.worker.worker_id,
+          self.num_put,
+        )
+        break
+    return self.num_put

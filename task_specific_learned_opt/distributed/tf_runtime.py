@@ -1,0 +1,365 @@
+"""The transport on TensorFlow's distributed runtime (paper App. C): bin/chief and bin/worker.
+
+What the chief and the workers share lives on the chief's task, in graph mode
+(`tf.compat.v1.Session` on the server's target):
+
+  outer_training/theta          theta, flattened (what workers read)
+  outer_training/version        the outer step theta was published at
+  outer_training/incarnation    a random id of the chief process (a restart changes it)
+  outer_training/experiment     the experiment's fingerprint (theta's shapes, gin config hash)
+  outer_training/done           set when the chief has finished; workers then leave
+  outer_training/workers_left   workers that saw `done` and left
+  outer_training/samples        a FIFOQueue of samples (shared_name), filled by workers
+
+A worker's calls survive a chief that is down or restarting: `read_theta` retries with backoff
+(`Backoff`) for up to chief_timeout_secs and checks the fingerprint of every new chief
+incarnation; `put_sample` discards the sample if the chief went away (the next read retries). A
+sample is enqueued once and dequeued once.
+"""
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gin
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from task_specific_learned_opt.distributed import base, cluster_spec
+
+SCOPE = "outer_training"
+QUEUE_NAME = "outer_training_samples"
+# Errors that mean "the chief is not there (yet), or restarted": retried by workers.
+CHIEF_DOWN_ERRORS = (
+  tf.errors.UnavailableError,
+  tf.errors.DeadlineExceededError,
+  tf.errors.AbortedError,
+  tf.errors.CancelledError,
+  tf.errors.FailedPreconditionError,  # Variables not yet initialised by a starting chief.
+  tf.errors.NotFoundError,  # A session or queue of a chief that has gone.
+  tf.errors.InvalidArgumentError,  # A session handle the restarted chief does not know.
+  tf.errors.InternalError,
+  tf.errors.UnknownError,
+)
+_QUEUE_DTYPES = [tf.as_dtype(base.FIELD_DTYPES[name]) for name in base.Sample._fields]
+
+
+class ExperimentMismatchError(cluster_spec.ClusterError):
+  """A worker whose gin experiment differs from the chief's."""
+
+
+class ChiefUnreachableError(cluster_spec.ClusterError):
+  """The chief did not answer within the timeout."""
+
+
+def fingerprint(theta_template: Any) -> str:
+  """What chief and workers must agree on: theta's shapes and a hash of the gin config.
+
+  Args:
+    theta_template: a nest of arrays or tensors shaped like theta.
+
+  Returns:
+    A JSON string {"theta_shapes": [...], "gin_config_sha256": first 16 hex digits}.
+  """
+  shapes = [list(np.shape(x)) for x in tf.nest.flatten(theta_template)]
+  config = hashlib.sha256(gin.config_str().encode()).hexdigest()[:16]
+  return json.dumps({"theta_shapes": shapes, "gin_config_sha256": config}, sort_keys=True)
+
+
+def mismatch_message(chief: str, mine: str) -> str:
+  """One line saying how a worker's fingerprint `mine` differs from the chief's, and the fix."""
+  try:
+    chief_info, my_info = json.loads(chief), json.loads(mine)
+  except json.JSONDecodeError:
+    chief_info, my_info = {"theta_shapes": chief}, {"theta_shapes": mine}
+  if chief_info.get("theta_shapes") != my_info.get("theta_shapes"):
+    what = (
+      f"theta's shapes differ (chief {chief_info.get('theta_shapes')}, this worker "
+      f"{my_info.get('theta_shapes')})"
+    )
+  else:
+    what = (
+      f"the gin configs differ (sha256 {chief_info.get('gin_config_sha256')} on the chief, "
+      f"{my_info.get('gin_config_sha256')} here)"
+    )
+  return (
+    f"This worker's experiment is not the chief's: {what}. Start every worker with the chief's "
+    "--gin_file and --gin_bindings."
+  )
+
+
+class Backoff:
+  """Waits between retries while the chief is down: 1 s, doubling up to 30 s; gives up after a
+  timeout without contact."""
+
+  def __init__(
+    self,
+    chief_address: str,
+    timeout_secs: float,
+    first_secs: float = 1.0,
+    longest_secs: float = 30.0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.time,
+  ):
+    """Makes the backoff, counting from now as the last contact.
+
+    Args:
+      chief_address: named in the messages.
+      timeout_secs: how long the chief may be silent before `wait` gives up.
+      first_secs: the first wait after a contact.
+      longest_secs: the longest wait.
+      sleep: how to wait (tests pass a fake).
+      clock: the time in seconds (tests pass a fake).
+    """
+    self.chief_address = chief_address
+    self.timeout_secs = float(timeout_secs)
+    self.first_secs = float(first_secs)
+    self.longest_secs = float(longest_secs)
+    self._sleep, self._clock = sleep, clock
+    self.contact()
+
+  def contact(self) -> None:
+    """The chief answered: the next wait is the first again."""
+    self.last_contact = self._clock()
+    self.delay = self.first_secs
+
+  def wait(self, error: Exception, what: str) -> None:
+    """Logs the failure and sleeps before the next try.
+
+    Raises:
+      ChiefUnreachableError: the chief has been silent for more than the timeout.
+    """
+    down_for = self._clock() - self.last_contact
+    if down_for > self.timeout_secs:
+      raise ChiefUnreachableError(
+        f"The chief at {self.chief_address} has not answered for {down_for:.0f} s (last error: "
+        f"{' '.join(str(error).split())[:200]}). Check that bin/chief is running with this "
+        "cluster spec, or raise --chief_timeout_secs."
+      ) from error
+    logging.warning(
+      "Chief at %s unreachable while %s (%s); retrying in %.0f s (down for %.0f s).",
+      self.chief_address,
+      what,
+      type(error).__name__,
+      self.delay,
+      down_for,
+    )
+    self._sleep(self.delay)
+    self.delay = min(self.delay * 2, self.longest_secs)
+
+
+@gin.configurable(denylist=["target", "num_params", "experiment", "chief_job"])
+class TFRuntimeTransport(base.Transport):
+  """The chief's shared variables and sample queue, seen from one process's session.
+
+  The chief calls `start` once, then the chief side of base.Transport; a worker calls the worker
+  side, which retries while the chief is down.
+  """
+
+  def __init__(
+    self,
+    target: str,
+    num_params: int,
+    experiment: str,
+    chief_job: str = "chief",
+    chief_timeout_secs: float = 600.0,
+    queue_capacity: int = 1024,
+    rpc_timeout_secs: float = 10.0,
+  ):
+    """Builds the graph; the session on `target` is opened on first use.
+
+    Args:
+      target: the session target: the chief server's target, or "grpc://chief-host:port".
+      num_params: theta's size.
+      experiment: this process's fingerprint (see `fingerprint`).
+      chief_job: the job whose task 0 holds the state ("localhost" on a local test server).
+      chief_timeout_secs: how long a worker's read may retry before it gives up.
+      queue_capacity: samples the queue holds; workers wait (briefly) when it is full.
+      rpc_timeout_secs: the longest a single call to the chief may take before it counts as a
+        failure (workers then retry).
+    """
+    self.target = target
+    self.num_params = int(num_params)
+    self.experiment = experiment
+    self.chief_job = chief_job
+    self.rpc_timeout_ms = int(rpc_timeout_secs * 1000)
+    self.backoff = Backoff(target.replace("grpc://", ""), chief_timeout_secs)
+    self.incarnation = 0  # The chief's, once started or read.
+    self._left = False
+    self._session = None
+    self.graph = tf.Graph()
+    with self.graph.as_default():
+      self._build(int(queue_capacity))
+
+  def _build(self, queue_capacity: int) -> None:
+    n = self.num_params
+    device = f"/job:{self.chief_job}/replica:0/task:0/device:CPU:0"
+    with tf.device(device), tf.compat.v1.variable_scope(SCOPE):
+
+      def variable(name, shape, dtype, initializer=None):
+        return tf.compat.v1.get_variable(
+          name,
+          shape=shape,
+          dtype=dtype,
+          initializer=initializer or tf.compat.v1.zeros_initializer(),
+          use_resource=True,
+          trainable=False,
+        )
+
+      theta = variable("theta", [n], tf.float32)
+      version = variable("version", [], tf.int64)
+      incarnation = variable("incarnation", [], tf.int64)
+      done = variable("done", [], tf.bool)
+      left = variable("workers_left", [], tf.int64)
+      experiment = tf.compat.v1.get_variable(
+        "experiment", initializer=tf.constant(""), use_resource=True, trainable=False
+      )
+      self._initialize = tf.compat.v1.variables_initializer(
+        [theta, version, incarnation, done, left, experiment]
+      )
+      self._theta_in = tf.compat.v1.placeholder(tf.float32, [n])
+      self._version_in = tf.compat.v1.placeholder(tf.int64, [])
+      self._publish = [theta.assign(self._theta_in), version.assign(self._version_in)]
+      self._incarnation_in = tf.compat.v1.placeholder(tf.int64, [])
+      self._experiment_in = tf.compat.v1.placeholder(tf.string, [])
+      self._set_identity = [
+        incarnation.assign(self._incarnation_in),
+        experiment.assign(self._experiment_in),
+      ]
+      self._finish = done.assign(True)
+      self._leave = left.assign_add(1)
+      self._read = {
+        "theta": theta.read_value(),
+        "version": version.read_value(),
+        "incarnation": incarnation.read_value(),
+        "done": done.read_value(),
+        "experiment": experiment.read_value(),
+      }
+      self._read_left = left.read_value()
+      shapes = [[n], [n]] + [[]] * (len(_QUEUE_DTYPES) - 2)
+      queue = tf.queue.FIFOQueue(
+        queue_capacity, _QUEUE_DTYPES, shapes=shapes, shared_name=QUEUE_NAME, name="samples"
+      )
+      self._sample_in = [
+        tf.compat.v1.placeholder(d, [None, *s]) for d, s in zip(_QUEUE_DTYPES, shapes, strict=True)
+      ]
+      self._enqueue = queue.enqueue_many(self._sample_in)
+      self._size = queue.size()
+      self._take_n = tf.compat.v1.placeholder(tf.int32, [])
+      self._dequeue = queue.dequeue_many(self._take_n)
+
+  @property
+  def session(self) -> tf.compat.v1.Session:
+    """The session on the chief's task (made on first use, and again after `reset`)."""
+    if self._session is None:
+      config = tf.compat.v1.ConfigProto(
+        device_filters=[f"/job:{self.chief_job}"], operation_timeout_in_ms=self.rpc_timeout_ms
+      )
+      self._session = tf.compat.v1.Session(self.target, graph=self.graph, config=config)
+    return self._session
+
+  def reset(self) -> None:
+    """Drops the session (after the chief went away); the next call makes a new one."""
+    if self._session is not None:
+      try:
+        self._session.close()
+      except Exception:  # noqa: BLE001 - closing a session to a dead chief may fail any way.
+        pass
+      self._session = None
+
+  def _run(self, fetches, feed_dict=None):
+    options = tf.compat.v1.RunOptions(timeout_in_ms=self.rpc_timeout_ms)
+    return self.session.run(fetches, feed_dict=feed_dict, options=options)
+
+  # The chief's side.
+
+  def start(self, theta: np.ndarray, version: int, incarnation: int) -> None:
+    """Initialises the shared state with `theta` (chief only); workers start reading after."""
+    self._run(self._initialize)
+    self.publish_theta(theta, version)
+    # The fingerprint is what workers wait for, so it is set after theta.
+    self._run(
+      self._set_identity,
+      {self._incarnation_in: incarnation, self._experiment_in: self.experiment},
+    )
+    self.incarnation = int(incarnation)
+
+  def publish_theta(self, theta: np.ndarray, version: int) -> None:
+    self._run(self._publish, {self._theta_in: theta, self._version_in: version})
+
+  def take_samples(self, num: int) -> base.Batch | None:
+    if self.queued() < num:
+      return None
+    return base.Sample(*self._run(self._dequeue, {self._take_n: num}))
+
+  def finish(self) -> None:
+    self._run(self._finish)
+
+  def queued(self) -> int:
+    """Samples waiting in the queue."""
+    return int(self._run(self._size))
+
+  def workers_left(self) -> int:
+    """Workers that saw training finish and left."""
+    return int(self._run(self._read_left))
+
+  # A worker's side.
+
+  def read_theta(self) -> tuple[np.ndarray, int] | None:
+    """The chief's (theta, version), retrying while it is down; None once it has finished.
+
+    Raises:
+      ChiefUnreachableError: the chief has not answered for chief_timeout_secs.
+      ExperimentMismatchError: the chief runs another experiment.
+    """
+    while True:
+      try:
+        shared = self._run(self._read)
+      except CHIEF_DOWN_ERRORS as e:
+        self.reset()
+        self.backoff.wait(e, "reading theta")
+        continue
+      if shared["experiment"]:
+        break
+      # A chief is starting: its server answers before its state is set.
+      self.backoff.wait(tf.errors.UnavailableError(None, None, "chief starting"), "it starts")
+    self.backoff.contact()
+    if shared["incarnation"] != self.incarnation:
+      experiment = shared["experiment"].decode()
+      if experiment != self.experiment:
+        raise ExperimentMismatchError(mismatch_message(experiment, self.experiment))
+      if self.incarnation:
+        logging.info("The chief restarted (now at outer step %d); carrying on.", shared["version"])
+      self.incarnation = int(shared["incarnation"])
+    if shared["done"]:
+      if not self._left:
+        self._run(self._leave)
+        self._left = True
+      return None
+    return shared["theta"], int(shared["version"])
+
+  def put_sample(self, sample: base.Sample) -> bool:
+    """Enqueues `sample` (marked with the chief incarnation its theta came from).
+
+    Returns:
+      False if the chief went away: the sample is discarded, the next read retries.
+    """
+    return self.put_batch(base.stack([sample._replace(incarnation=self.incarnation)]))
+
+  def put_batch(self, batch: base.Batch) -> bool:
+    """Enqueues stacked samples in one call (put_sample, and the throughput benchmark)."""
+    try:
+      self._run(self._enqueue, dict(zip(self._sample_in, batch, strict=True)))
+    except CHIEF_DOWN_ERRORS as e:
+      logging.warning(
+        "Chief at %s unreachable while putting a sample (%s); the sample is discarded.",
+        self.backoff.chief_address,
+        type(e).__name__,
+      )
+      self.reset()
+      return False
+    self.backoff.contact()
+    return True

@@ -1,0 +1,217 @@
+"""The chief's train dir: checkpoints, theta export, records and plots (paper App. C).
+
+What the chief writes, in local mode and on a cluster alike:
+  checkpoints/       full state (theta, Adam slots, outer step, plus what the mode adds), on a
+                     timer and at exit, the last few kept (CheckpointManager);
+  theta/             theta alone, for evaluation (checkpoints.save_theta);
+  events.*           TensorBoard summaries, one point per outer step;
+  progress.jsonl     the same numbers, one JSON line per outer step;
+  outer_training.png the curves (outer loss, K, variances of g_rp and g_es, ES weight);
+  operative_config.gin.
+A restart resumes from the latest checkpoint and forgets records of steps after it.
+"""
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+
+import tensorflow as tf
+from absl import logging
+
+from task_specific_learned_opt import checkpoints, plots
+from task_specific_learned_opt.distributed import chief as chief_lib
+from task_specific_learned_opt.distributed import outer_training as outer_lib
+
+PROGRESS_FILENAME = "progress.jsonl"
+PLOT_FILENAME = "outer_training.png"
+SUMMARY_KEYS = (
+  "outer_loss",
+  "loss_plus",
+  "loss_minus",
+  "mean_num_steps",
+  "mean_inner_step",
+  "rp_variance",
+  "es_variance",
+  "es_weight",
+  "gradient_norm",
+  "num_dropped",
+  "num_stale",
+  "samples_per_second",
+  "mean_staleness",
+  "max_staleness",
+  "num_lost_theta",  # Cluster mode: samples of a theta a restarted chief never had.
+  "num_duplicate",
+  "num_workers_in_batch",
+)
+
+
+class CheckpointError(RuntimeError):
+  """A checkpoint in the train dir that cannot be restored into this experiment."""
+
+
+def format_seconds(seconds: float) -> str:
+  seconds = int(max(seconds, 0))
+  return f"{seconds // 3600}h{seconds // 60 % 60:02d}m{seconds % 60:02d}s"
+
+
+class Recorder:
+  """Summaries, the progress file and the plot."""
+
+  def __init__(self, train_dir: str):
+    self.writer = tf.summary.create_file_writer(train_dir)
+    self.path = os.path.join(train_dir, PROGRESS_FILENAME)
+    self.plot_path = os.path.join(train_dir, PLOT_FILENAME)
+
+  def record(self, stats: dict) -> None:
+    with self.writer.as_default(step=stats["outer_step"]):
+      for key in SUMMARY_KEYS:
+        if key in stats:
+          tf.summary.scalar(key, stats[key])
+    with open(self.path, "a") as f:
+      f.write(json.dumps(stats) + "\n")
+
+  def forget_after(self, outer_step: int) -> None:
+    """Drops records of steps after `outer_step` (run after a kill, before the checkpoint)."""
+    if not os.path.exists(self.path):
+      return
+    with open(self.path) as f:
+      lines = [line for line in f if line.strip() and json.loads(line)["outer_step"] <= outer_step]
+    with open(self.path + ".tmp", "w") as f:
+      f.writelines(lines)
+    os.replace(self.path + ".tmp", self.path)
+
+  def plot(self, title: str) -> None:
+    if not os.path.exists(self.path):
+      return
+    with open(self.path) as f:
+      records = [json.loads(line) for line in f if line.strip()]
+    if records:
+      plots.plot_outer_training(records, self.plot_path, title)
+
+
+def restore(checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager) -> None:
+  """Restores the manager's latest checkpoint, if any.
+
+  Raises:
+    CheckpointError: it cannot be read, or belongs to another experiment; nothing is changed.
+  """
+  path = manager.latest_checkpoint
+  if path is None:
+    return
+  try:
+    checkpoint.restore(path).assert_existing_objects_matched()
+  except Exception as e:  # noqa: BLE001 - damaged files fail in many ways; all are reported.
+    others = [p for p in manager.checkpoints if p != path]
+    raise CheckpointError(
+      f"Cannot restore the checkpoint {path} into this experiment: "
+      f"{' '.join(str(e).split())[:300]}. If it belongs to another experiment, use a new "
+      "--train_dir or the gin config it was written with; if it is damaged, move its files "
+      f"away to resume from an older one ({', '.join(others) if others else 'none kept'}). "
+      "Nothing was overwritten."
+    ) from e
+  logging.info("Resumed from %s.", path)
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+  """Holds SIGINT/SIGTERM until the block is done (a checkpoint is never cut short), then
+  raises KeyboardInterrupt if one came."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  received = []
+  previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+  for sig in previous:
+    signal.signal(sig, lambda signum, frame: received.append(signum))
+  try:
+    yield
+  finally:
+    for sig, handler in previous.items():
+      signal.signal(sig, handler)
+  if received:
+    raise KeyboardInterrupt
+
+
+class ChiefFiles:
+  """The chief's state on disk and its records: restore at start, save on a timer and at exit."""
+
+  def __init__(
+    self, train_dir: str, setup: outer_lib.OuterTraining, title: str, **checkpoint_items
+  ):
+    """Makes the chief (theta = lopt.init(seed)) and restores the latest checkpoint into it.
+
+    Args:
+      train_dir: where everything is written.
+      setup: the experiment.
+      title: the plot's title (the batch size is added).
+      **checkpoint_items: what the mode saves besides the chief (trackables).
+
+    Raises:
+      CheckpointError: see `restore`.
+    """
+    tf.io.gfile.makedirs(train_dir)
+    self.train_dir = train_dir
+    self.setup = setup
+    self.chief = chief_lib.Chief(lopt=setup.lopt, seed=setup.seed)
+    self.title = f"{title}, batch {self.chief.batch_size}"
+    self.checkpoint = tf.train.Checkpoint(**self.chief.checkpoint_items(), **checkpoint_items)
+    self.manager = tf.train.CheckpointManager(
+      self.checkpoint,
+      os.path.join(train_dir, checkpoints.CHECKPOINT_DIRNAME),
+      setup.keep_checkpoints,
+    )
+    restore(self.checkpoint, self.manager)
+    self.recorder = Recorder(train_dir)
+    self.recorder.forget_after(self.chief.step)
+    self.start_time = self.last_save = time.time()
+    self.start_step = self.chief.step
+
+  def save(self) -> None:
+    """Checkpoint, theta export, operative config and plot (SIGTERM/Ctrl-C wait for it)."""
+    step = self.chief.step
+    with interrupts_deferred():
+      self.manager.save(checkpoint_number=step)
+      checkpoints.save_theta(
+        os.path.join(self.train_dir, checkpoints.THETA_DIRNAME),
+        self.chief.theta(),
+        info={"outer_step": step},
+      )
+      checkpoints.write_operative_config(self.train_dir)
+      self.recorder.plot(self.title)
+      self.recorder.writer.flush()
+    self.last_save = time.time()
+    logging.info("Saved checkpoint and theta at outer step %d in %s.", step, self.train_dir)
+
+  def save_if_due(self) -> None:
+    if time.time() - self.last_save >= self.setup.checkpoint_every_secs:
+      self.save()
+
+  def record(self, stats: dict, samples_done: int) -> dict:
+    """Adds the step, rates and elapsed time to `stats`, records them and logs a line."""
+    step, total = self.chief.step, self.setup.num_outer_steps
+    elapsed = time.time() - self.start_time
+    stats.update(
+      outer_step=step,
+      samples_per_second=samples_done / max(elapsed, 1e-9),
+      elapsed_seconds=elapsed,
+    )
+    self.recorder.record(stats)
+    if step % self.setup.log_every == 0 or step == total:
+      steps_per_second = (step - self.start_step) / max(elapsed, 1e-9)
+      logging.info(
+        "outer step %d/%d  outer loss %.4f  K %.0f  %.2f samples/s  ES weight %.2f  "
+        "dropped %d  staleness %.1f  ETA %s",
+        step,
+        total,
+        stats["outer_loss"],
+        stats["mean_num_steps"],
+        stats["samples_per_second"],
+        stats["es_weight"],
+        stats["num_dropped"] + stats.get("num_stale", 0),
+        stats["mean_staleness"],
+        format_seconds((total - step) / max(steps_per_second, 1e-9)),
+      )
+    return stats
