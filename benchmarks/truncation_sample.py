@@ -21,7 +21,13 @@ import sys
 import time
 
 import gin
+import tensorflow as tf
 from absl import app, flags
+
+from task_specific_learned_opt import inner_training
+from task_specific_learned_opt.learned_optimizers import mlp_lopt
+from task_specific_learned_opt.outer import truncated_unroll
+from task_specific_learned_opt.tasks import families, generated
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_integer("num_steps", [1000], "Truncation lengths K to measure.")
@@ -46,14 +52,7 @@ def measure(
   mode: str, num_steps: int, inter_op_threads: int, segment_scale: float, levels: int
 ) -> dict:
   """Runs one measurement in this process and returns its numbers."""
-  import tensorflow as tf
-
   tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
-  from task_specific_learned_opt import inner_training
-  from task_specific_learned_opt.learned_optimizers import mlp_lopt
-  from task_specific_learned_opt.outer import truncated_unroll
-  from task_specific_learned_opt.tasks import families, generated
-
   gin.bind_parameter("segment_lengths_for.scale", segment_scale)
   gin.bind_parameter("segment_lengths_for.levels", levels)
 
@@ -87,6 +86,7 @@ def measure(
   return {
     "mode": mode,
     "num_steps": num_steps,
+    "levels": levels if mode == "sample" else None,
     "segment_lengths": truncated_unroll.segment_lengths_for(num_steps).numpy().tolist()
     if mode == "sample"
     else None,
@@ -116,6 +116,7 @@ def main(argv):
           f"--child={mode}:{k}",
           f"--inter_op_threads={FLAGS.inter_op_threads}",
           f"--segment_scale={FLAGS.segment_scale}",
+          f"--levels={FLAGS.levels}",
         ],
         capture_output=True,
         text=True,

@@ -15,6 +15,7 @@ local processes; each finished one is appended to results.jsonl, so an interrupt
 where it stopped (a line cut short by a kill is dropped). best.json holds the answer.
 """
 
+import importlib
 import json
 import multiprocessing
 import os
@@ -26,9 +27,10 @@ import gin
 import numpy as np
 from absl import logging
 
-from task_specific_learned_opt import evaluation
+from task_specific_learned_opt import candidates, evaluation, gin_config
 from task_specific_learned_opt.tasks import base as task_base
 
+CONFIGURABLES_MODULE = "task_specific_learned_opt.configurables"
 RESULTS_FILENAME = "results.jsonl"
 BEST_FILENAME = "best.json"
 KINDS = ("adam", "rmsprop", "sgdm", "sgd")  # sgd: plain SGD, for the learning-rate grid.
@@ -161,27 +163,9 @@ def configurations(
   return configs
 
 
-def candidate(config: dict) -> evaluation.Candidate:
-  kind, hparams = config["kind"], dict(config["hparams"])
-  if kind == "sgdm":  # nesterov changes the graph: a Python bool, one trace for each value.
-    nesterov = hparams.pop("nesterov", False)
-    make = _SGDM_MAKERS[nesterov]
-    return evaluation.Candidate(config["id"], make, {k: np.float32(v) for k, v in hparams.items()})
-  return evaluation.baseline(config["id"], kind, **hparams)
-
-
-def _sgdm(nesterov):
-  from task_specific_learned_opt.optimizers import sgd
-
-  return lambda v: sgd.Momentum(nesterov=nesterov, **v)
-
-
-_SGDM_MAKERS = {False: _sgdm(False), True: _sgdm(True)}
-
-
 def evaluate_config(setup: SearchSetup, config: dict) -> dict:
   """The configuration's objective on every run: [num_tasks, num_inits] (non-finite -> inf)."""
-  c = candidate(config)
+  c = candidates.from_config(config)
   objective = np.zeros([setup.num_tasks, setup.num_inits])
   points = np.unique(np.linspace(0, setup.num_steps, setup.num_points + 1).astype(int))
   splits = ("valid",) if setup.objective == "valid" else ()
@@ -246,13 +230,13 @@ _CHILD_SETUP = None
 
 
 def _child_init(config_str: str) -> None:
+  """Sets up a spawned search process: the parent's gin config, its thread settings."""
   global _CHILD_SETUP
-  import gin as child_gin
-
-  from task_specific_learned_opt import gin_config
-
-  child_gin.clear_config()
-  child_gin.parse_config(config_str)
+  # A spawned process starts with nothing imported. The module that registers every gin
+  # configurable imports this one, so it cannot be imported at the top of this module.
+  importlib.import_module(CONFIGURABLES_MODULE)
+  gin.clear_config()
+  gin.parse_config(config_str)
   gin_config.configure_threads()
   _CHILD_SETUP = baseline_search()
 

@@ -22,18 +22,17 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Mapping, Sequence
 
 import gin
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from task_specific_learned_opt import checkpoints, inner_training
+from task_specific_learned_opt import candidates as candidates_lib
+from task_specific_learned_opt import checkpoints, inner_training, plots
 from task_specific_learned_opt import seeds as seeds_lib
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
-from task_specific_learned_opt.optimizers import adam, rmsprop, sgd
 from task_specific_learned_opt.optimizers import base as opt_base
 from task_specific_learned_opt.tasks import base as task_base
 
@@ -42,40 +41,6 @@ CSV_FILENAME = "evaluation.csv"
 CURVES_FILENAME = "curves.png"
 WALLCLOCK_FILENAME = "curves_wallclock.png"
 LEARNING_RATES = tuple(float(x) for x in np.logspace(-4, 1, 11))  # Sec. 4.4: 1e-4 ... 10.
-# The paper's three baselines (and plain SGD), each as a function of tensors (hyper-parameters
-# are fed, so one trace serves every value).
-BASELINES = {
-  "adam": lambda v: adam.Adam(**v),
-  "rmsprop": lambda v: rmsprop.RMSProp(**v),
-  "sgdm": lambda v: sgd.Momentum(**v),
-  "sgd": lambda v: sgd.SGD(**v),
-}
-
-
-class Candidate(NamedTuple):
-  """An optimizer to evaluate: built from tensors fed at run time, so nothing retraces.
-
-  make(values) returns the Optimizer for `values` (a nest of tensors: theta, or a dict of
-  hyper-parameters). Candidates that share `make` share compiled functions.
-  """
-
-  name: str
-  make: Callable[[Any], opt_base.Optimizer]
-  values: Any
-
-
-def learned(name: str, lopt: lopt_base.LearnedOptimizer, theta) -> Candidate:
-  return Candidate(name, lopt.opt_fn, tf.nest.map_structure(np.asarray, theta))
-
-
-def fixed(name: str, optimizer: opt_base.Optimizer) -> Candidate:
-  """A hand-designed optimizer with the hyper-parameters it was built with."""
-  return Candidate(name, lambda _: optimizer, {})
-
-
-def baseline(name: str, kind: str, **hparams) -> Candidate:
-  """One of BASELINES ("adam", "rmsprop", "sgdm") with the given hyper-parameters."""
-  return Candidate(name, BASELINES[kind], {k: np.float32(v) for k, v in hparams.items()})
 
 
 def curve_steps(num_steps: int, num_points: int) -> np.ndarray:
@@ -135,7 +100,7 @@ def _compiled(family: task_base.TaskFamily, task: task_base.Task, make, num_eval
 def evaluate_run(
   family: task_base.TaskFamily,
   task: task_base.Task,
-  candidate: Candidate,
+  candidate: candidates_lib.Candidate,
   num_steps: int,
   seed: seeds_lib.SeedLike,
   points: np.ndarray,
@@ -197,7 +162,7 @@ def task_seed(seed: int, task_index: int) -> tf.Tensor:
 
 def evaluate_candidates(
   family: task_base.TaskFamily,
-  candidates: Sequence[Candidate],
+  candidates: Sequence[candidates_lib.Candidate],
   num_tasks: int,
   num_inits: int,
   num_steps: int,
@@ -264,7 +229,9 @@ def tune_learning_rate_per_task(
   (non-finite counts as worst). Returns (that baseline's arrays, as evaluate_candidates gives
   them, with the chosen runs; the chosen learning rate per task).
   """
-  candidates = [baseline(f"{kind} lr={lr:.3g}", kind, learning_rate=lr) for lr in learning_rates]
+  candidates = [
+    candidates_lib.baseline(f"{kind} lr={lr:.3g}", kind, learning_rate=lr) for lr in learning_rates
+  ]
   grid = evaluate_candidates(
     family, candidates, num_tasks, num_inits, num_steps, num_points, seed, num_eval_batches
   )
@@ -276,43 +243,6 @@ def tune_learning_rate_per_task(
     stacked = np.stack([grid["results"][c.name][key] for c in candidates])
     chosen[key] = stacked[best, np.arange(num_tasks)]
   return chosen, np.asarray(learning_rates)[best]
-
-
-def _percentiles(x: np.ndarray) -> np.ndarray:
-  flat = np.reshape(x, [-1, x.shape[-1]])
-  return np.nanpercentile(flat, [25, 50, 75], axis=0)
-
-
-def plot_curves(evaluation: dict, path: str, title: str, wallclock: bool = False) -> None:
-  """Median and 25/75 percentiles (over tasks and inits) of train and test loss."""
-  import matplotlib
-
-  matplotlib.use("Agg")
-  from matplotlib import pyplot as plt
-
-  steps = np.asarray(evaluation["steps"], np.float64)
-  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-  for name, result in evaluation["results"].items():
-    x = steps
-    if wallclock:
-      rate = np.nanmedian(result["steps_per_second"])
-      if not np.isfinite(rate):
-        continue
-      x = steps / rate
-    for ax, split in zip(axes, ("train", "test"), strict=True):
-      q25, median, q75 = _percentiles(np.asarray(result[f"{split}_loss"]))
-      (line,) = ax.plot(x[1:], median[1:], label=name)
-      ax.fill_between(x[1:], q25[1:], q75[1:], color=line.get_color(), alpha=0.2)
-  for ax, split in zip(axes, ("train", "test"), strict=True):
-    ax.set_xscale("log")
-    ax.set_xlabel("seconds (steps / measured steps per second)" if wallclock else "inner step")
-    ax.set_ylabel(f"{split} loss (median, 25-75%)")
-    ax.set_title(f"{split} loss")
-  axes[0].legend(fontsize=7)
-  fig.suptitle(title, fontsize=9)
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
 
 
 def compare(evaluation: dict, learned_name: str, baseline_name: str) -> dict:
@@ -329,28 +259,6 @@ def compare(evaluation: dict, learned_name: str, baseline_name: str) -> dict:
     "baseline_mean_loss": float(np.mean(baseline_loss)),
     "fraction_learned_wins": float(np.mean(difference > 0)),
   }
-
-
-def plot_histogram(comparison: dict, path: str) -> None:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  from matplotlib import pyplot as plt
-
-  fig, ax = plt.subplots(figsize=(6, 4))
-  difference = comparison["difference"]
-  ax.hist(difference, bins=max(10, len(difference) // 5), color="tab:blue")
-  ax.axvline(0, color="black", linestyle=":")
-  ax.set_xlabel(f"{comparison['baseline']} loss - {comparison['learned']} loss (mean over run)")
-  ax.set_ylabel("tasks")
-  ax.set_title(
-    f"learned wins on {100 * comparison['fraction_learned_wins']:.0f}% of "
-    f"{len(difference)} held-out tasks",
-    fontsize=9,
-  )
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
 
 
 def _jsonable(x):
@@ -405,19 +313,21 @@ def write(evaluation: dict, output_dir: str, title: str, comparisons: Sequence[d
               ]
               + [float(r["steps_per_second"][t][i])]
             )
-  plot_curves(evaluation, paths["curves"], title)
-  plot_curves(evaluation, paths["curves_wallclock"], title + " (wall-clock)", wallclock=True)
+  plots.plot_eval_curves(evaluation, paths["curves"], title)
+  plots.plot_eval_curves(
+    evaluation, paths["curves_wallclock"], title + " (wall-clock)", wallclock=True
+  )
   for c in comparisons:
     key = re.sub(r"[^A-Za-z0-9.=-]+", "_", f"histogram_{c['baseline']}_vs_{c['learned']}")
     paths[key] = os.path.join(output_dir, f"{key}.png")
-    plot_histogram(c, paths[key])
+    plots.plot_histogram(c, paths[key])
   return paths
 
 
 def run_evaluation(
   output_dir: str,
   family: task_base.TaskFamily,
-  candidates: Sequence[Candidate],
+  candidates: Sequence[candidates_lib.Candidate],
   learned_names: Sequence[str],
   tuned_baselines: Sequence[str],
   learning_rates: Sequence[float],
@@ -467,25 +377,6 @@ def run_evaluation(
   return evaluation
 
 
-def searched_baselines(path: str) -> list[Candidate]:
-  """The winners of a random search (bin/tune_baselines' best.json) as fixed candidates."""
-  from task_specific_learned_opt import baselines  # Imports this module.
-
-  with open(path) as f:
-    best = json.load(f)
-  if best["signature"]["mode"] != "random_search":
-    raise ValueError(
-      f"{path} is not a random search's best.json (mode {best['signature']['mode']})."
-    )
-  objective = best["signature"]["objective"]
-  return [
-    baselines.candidate(
-      {"id": f"{kind}+reg+decay (L_{objective})", "kind": kind, "hparams": b["hparams"]}
-    )
-    for kind, b in best["best"].items()
-  ]
-
-
 @gin.configurable(denylist=["output_dir", "thetas", "searched"])
 def evaluate(
   output_dir: str,
@@ -529,10 +420,10 @@ def evaluate(
   for name, directory in (thetas or {}).items():
     if lopt is None:
       raise ValueError("Evaluating a theta needs evaluate.lopt (the learned optimizer) in gin.")
-    candidates.append(learned(name, lopt, checkpoints.load_theta(directory, lopt)))
-  candidates += [fixed(name, opt) for name, opt in (optimizers or {}).items()]
+    candidates.append(candidates_lib.learned(name, lopt, checkpoints.load_theta(directory, lopt)))
+  candidates += [candidates_lib.fixed(name, opt) for name, opt in (optimizers or {}).items()]
   for path in searched:
-    candidates += searched_baselines(path)
+    candidates += candidates_lib.searched(path)
   return run_evaluation(
     output_dir,
     family,
@@ -568,7 +459,7 @@ def compare_with_tuned_baseline(
 
   What bin/train_local runs at the end when `train_local.final_evaluation` names it.
   """
-  candidate = learned("learned", lopt, theta)
+  candidate = candidates_lib.learned("learned", lopt, theta)
   return run_evaluation(
     output_dir,
     family,

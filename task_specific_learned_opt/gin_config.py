@@ -1,8 +1,9 @@
-"""Gin plumbing shared by the binaries: registering configurables, parsing, thread settings.
+"""Gin parsing and thread settings, shared by the binaries; imports nothing of the package.
 
-Flags say where and how long; gin says what (STYLE.md). Every binary calls `parse` with its
---gin_file and --gin_bindings: unknown names fail loudly (skip_unknown=False) with an error that
-names the problem, and the config stays unlocked (finalize_config=False) so tests can clear it.
+Flags say where and how long; gin says what. Every binary imports `configurables` (which
+registers every @gin.configurable of the package) and calls `parse` with its --gin_file and
+--gin_bindings: unknown names fail loudly (skip_unknown=False) with an error that names the
+problem, and the config stays unlocked (finalize_config=False) so tests can clear it.
 """
 
 import os
@@ -10,34 +11,6 @@ from collections.abc import Sequence
 
 import gin
 import tensorflow as tf
-
-# Imported for their @gin.configurable registrations.
-from task_specific_learned_opt import (  # noqa: F401
-  baselines,
-  benchmark,
-  evaluation,
-  inner_comparison,
-  inner_training,
-  optimizers,  # noqa: F401
-)
-from task_specific_learned_opt.distributed import (  # noqa: F401
-  chief,
-  cluster,
-  local,
-  outer_training,
-  tf_runtime,
-  worker,
-)
-from task_specific_learned_opt.learned_optimizers import mlp_lopt  # noqa: F401
-from task_specific_learned_opt.outer import schedules, truncated_unroll  # noqa: F401
-from task_specific_learned_opt.tasks import (  # noqa: F401
-  families,
-  generated,
-  networks,
-  quadratic,
-  random_data,
-  tfds_source,
-)
 
 GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gin")
 _search_path_added = False

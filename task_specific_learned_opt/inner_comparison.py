@@ -8,7 +8,6 @@ and evaluates train and test loss and accuracy at the end.
 
 import json
 import os
-import textwrap
 import time
 
 import gin
@@ -16,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from task_specific_learned_opt import inner_training
+from task_specific_learned_opt import inner_training, plots
 from task_specific_learned_opt import seeds as seeds_lib
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.optimizers import base as opt_base
@@ -87,29 +86,6 @@ def train_with_progress(
   return state, np.concatenate(losses), num_steps / (time.time() - start)
 
 
-def plot_losses(results: dict, path: str, title: str) -> None:
-  """Training-loss curves (a running mean over 20 steps) of every optimizer, as a PNG."""
-  import matplotlib
-
-  matplotlib.use("Agg")
-  from matplotlib import pyplot as plt
-
-  fig, ax = plt.subplots(figsize=(6, 4))
-  for name, result in results.items():
-    losses = np.asarray(result["train_losses"])
-    window = min(20, len(losses))
-    smooth = np.convolve(losses, np.ones(window) / window, mode="valid")
-    ax.plot(np.arange(len(smooth)) + window, smooth, label=name)
-  ax.axhline(np.log(10), color="gray", linestyle=":", label="chance (ln 10)")
-  ax.set_xlabel("inner step")
-  ax.set_ylabel("training loss (20-step mean)")
-  ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=8)
-  ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-
-
 @gin.configurable
 def run(
   output_dir: str,
@@ -164,6 +140,6 @@ def run(
   with tf.io.gfile.GFile(os.path.join(output_dir, RESULTS_FILENAME), "w") as f:
     json.dump({"task": task.name, "num_steps": num_steps, "results": results}, f)
   plot_path = os.path.join(output_dir, PLOT_FILENAME)
-  plot_losses(results, plot_path, f"{task.name} ({num_steps} steps)")
+  plots.plot_losses(results, plot_path, f"{task.name} ({num_steps} steps)")
   print(f"Results: {os.path.join(output_dir, RESULTS_FILENAME)}; plot: {plot_path}", flush=True)
   return results

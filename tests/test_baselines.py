@@ -7,7 +7,7 @@ import gin
 import numpy as np
 import pytest
 
-from task_specific_learned_opt import baselines, gin_config
+from task_specific_learned_opt import baselines, configurables, gin_config  # noqa: F401
 from task_specific_learned_opt.tasks import quadratic
 
 

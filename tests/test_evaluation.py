@@ -3,11 +3,12 @@
 import json
 import os
 
+import gin
 import numpy as np
 import pytest
 import testing_utils
 
-from task_specific_learned_opt import checkpoints, evaluation, inner_training
+from task_specific_learned_opt import baselines, candidates, checkpoints, evaluation, inner_training
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.optimizers import adam
 from task_specific_learned_opt.tasks import quadratic
@@ -31,7 +32,7 @@ def test_eval_of_adam_gives_the_losses_of_the_inner_training_loop():
   seed = evaluation.run_seed(0, 0, 1)
   points = evaluation.curve_steps(40, 6)  # Chunks of uneven lengths.
   run = evaluation.evaluate_run(
-    family, task, evaluation.fixed("adam", opt), 40, seed, points, num_eval_batches=2
+    family, task, candidates.fixed("adam", opt), 40, seed, points, num_eval_batches=2
   )
   direct = inner_training.train(task, opt, 40, seed)
   np.testing.assert_allclose(run["losses"], direct.losses.numpy(), rtol=1e-5, atol=1e-6)
@@ -106,10 +107,6 @@ def test_evaluate_writes_results_and_plots(tmp_path):
 
 
 def test_the_winners_of_a_random_search_are_evaluated(tmp_path):
-  import gin
-
-  from task_specific_learned_opt import baselines
-
   gin.clear_config()
   gin.bind_parameter("baseline_search.family", quadratic.QuadraticFamily(dim=4))
   gin.bind_parameter("baseline_search.num_tasks", 2)
@@ -120,13 +117,13 @@ def test_the_winners_of_a_random_search_are_evaluated(tmp_path):
     )
   finally:
     gin.clear_config()
-  candidates = evaluation.searched_baselines(str(tmp_path / "search" / baselines.BEST_FILENAME))
-  assert [c.name for c in candidates] == ["adam+reg+decay (L_train)", "sgdm+reg+decay (L_train)"]
+  winners = candidates.searched(str(tmp_path / "search" / baselines.BEST_FILENAME))
+  assert [c.name for c in winners] == ["adam+reg+decay (L_train)", "sgdm+reg+decay (L_train)"]
   family = quadratic.QuadraticFamily(dim=4)
   task = family.sample(evaluation.task_seed(0, 0))
   # The winner's objective is reproduced by evaluating it on the search's first run.
   run = evaluation.evaluate_run(
-    family, task, candidates[0], 10, evaluation.run_seed(0, 0, 0), np.array([0, 10]), 1
+    family, task, winners[0], 10, evaluation.run_seed(0, 0, 0), np.array([0, 10]), 1
   )
   winner = best["best"]["adam"]["id"]
   record = [

@@ -7,7 +7,8 @@ import gin
 import pytest
 import testing_utils
 
-from task_specific_learned_opt import checkpoints, gin_config
+from task_specific_learned_opt import checkpoints, configurables, gin_config  # noqa: F401
+from task_specific_learned_opt.optimizers import adam
 
 GIN_FILES = sorted(
   glob.glob(os.path.join(testing_utils.REPO, "gin", "**", "*.gin"), recursive=True)
@@ -48,8 +49,6 @@ def test_bindings_override_files_and_the_config_stays_unlocked():
 
 
 def test_operative_config_is_written(tmp_path):
-  from task_specific_learned_opt.optimizers import adam
-
   gin_config.parse([], ["Adam.learning_rate = 0.5"])
   adam.Adam()
   path = checkpoints.write_operative_config(str(tmp_path))
