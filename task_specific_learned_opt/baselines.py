@@ -21,7 +21,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import gin
 import numpy as np
@@ -81,6 +81,8 @@ class SearchError(ValueError):
 
 
 class SearchSetup(NamedTuple):
+  """The inner runs every configuration is judged on (see baseline_search for the fields)."""
+
   family: task_base.TaskFamily
   objective: str
   num_tasks: int
@@ -322,7 +324,7 @@ def tune_baselines(
   )
   start = time.time()
 
-  def finished(i, record):
+  def finished(i: int, record: dict[str, Any]) -> None:
     done[record["id"]] = record
     with open(path, "a") as f:
       f.write(json.dumps(record) + "\n")

@@ -122,15 +122,19 @@ def make_train_fn(
   """
   learned = isinstance(optimizer, lopt_base.LearnedOptimizer)
 
-  def build(theta):
+  def build(theta: lopt_base.Theta | None) -> opt_base.Optimizer:
     opt = optimizer.opt_fn(theta) if learned else optimizer
     return _JitUpdate(opt) if xla_update else opt
 
   @tf.function(autograph=False)
-  def train(state, theta, num_steps, seed):
+  def train(
+    state: opt_base.OptState, theta: lopt_base.Theta | None, num_steps: tf.Tensor, seed: tf.Tensor
+  ) -> tuple[opt_base.OptState, tf.Tensor]:
     return inner_training.unroll(task, build(theta), state, num_steps, seed)
 
-  def run(state, num_steps, seed):
+  def run(
+    state: opt_base.OptState, num_steps: int, seed: seeds_lib.SeedLike
+  ) -> tuple[opt_base.OptState, tf.Tensor]:
     return train(state, theta, tf.constant(num_steps, tf.int32), seeds_lib.as_seed(seed))
 
   run.tracing_count = train.experimental_get_tracing_count
@@ -249,7 +253,7 @@ def run(
     theta_seed: seed of the random theta when there is no export.
     seed: seed of the initial parameters and the data.
     xla_update: names of the optimizers whose update alone is compiled with XLA (none by
-      default: on CPU it was measured slower; see the README).
+      default: on CPU it was measured slower; docs/performance.md).
 
   Returns:
     The results written to benchmark.json.

@@ -1,4 +1,4 @@
-"""What outer-training writes to disk, and how it is read back (STYLE.md 18).
+"""What outer-training writes to disk, and how it is read back (the chief's two artifacts).
 
 Two artifacts in a train dir:
   - CHECKPOINT_DIRNAME/: full outer-state checkpoints (theta, the outer optimizer's slots, the

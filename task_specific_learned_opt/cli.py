@@ -7,6 +7,9 @@ that names the problem and the fix, and exits with status 1, instead of a traceb
 import functools
 import signal
 import sys
+import types
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from absl import flags
 
@@ -49,7 +52,7 @@ def define_cluster_flags() -> None:
   )
 
 
-def _raise_keyboard_interrupt(signum, frame):
+def _raise_keyboard_interrupt(signum: int, frame: types.FrameType | None) -> NoReturn:
   del signum, frame
   raise KeyboardInterrupt
 
@@ -59,11 +62,19 @@ def sigterm_interrupts() -> None:
   signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
 
 
-def exits_on_user_error(main):
-  """Wraps an absl `main(argv)`: a USER_ERRORS exception becomes `sys.exit("error: ...")`."""
+def exits_on_user_error(main: Callable[[Sequence[str]], None]) -> Callable[[Sequence[str]], None]:
+  """Wraps an absl `main(argv)`: a USER_ERRORS exception becomes `sys.exit("error: ...")`.
+
+  Args:
+    main: the binary's main function, called with the arguments absl leaves after parsing flags.
+
+  Returns:
+    `main`, except that a USER_ERRORS exception exits with status 1 and a one-line message, and
+    KeyboardInterrupt (Ctrl-C, or SIGTERM after sigterm_interrupts) with "interrupted".
+  """
 
   @functools.wraps(main)
-  def wrapped(argv):
+  def wrapped(argv: Sequence[str]) -> None:
     try:
       return main(argv)
     except KeyboardInterrupt:

@@ -22,7 +22,8 @@ import json
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import gin
 import numpy as np
@@ -41,6 +42,8 @@ CSV_FILENAME = "evaluation.csv"
 CURVES_FILENAME = "curves.png"
 WALLCLOCK_FILENAME = "curves_wallclock.png"
 LEARNING_RATES = tuple(float(x) for x in np.logspace(-4, 1, 11))  # Sec. 4.4: 1e-4 ... 10.
+# A Candidate's `make`: its values (theta, or hyper-parameters, a nest of tensors) -> Optimizer.
+_Make = Callable[[Any], opt_base.Optimizer]
 
 
 def curve_steps(num_steps: int, num_points: int) -> np.ndarray:
@@ -52,23 +55,40 @@ def curve_steps(num_steps: int, num_points: int) -> np.ndarray:
 class _Compiled:
   """The compiled functions of one (family, make) pair: task data and values are arguments."""
 
-  def __init__(self, template: task_base.Task, make, num_eval_batches: int):
-    def task_opt(task_data, values):
+  def __init__(self, template: task_base.Task, make: _Make, num_eval_batches: int):
+    """Wraps (but does not yet trace) init, run and the metrics of each split.
+
+    Args:
+      template: a task of the family; the compiled functions read other tasks' data through it.
+      make: the candidates' values -> Optimizer.
+      num_eval_batches: batches averaged by each metrics function.
+    """
+
+    def task_opt(task_data: Any, values: Any) -> tuple[task_base.Task, opt_base.Optimizer]:
       return template.with_data(task_data), make(values)
 
     @tf.function(autograph=False, reduce_retracing=True)
-    def init(task_data, values, seed):
+    def init(task_data: Any, values: Any, seed: tf.Tensor) -> opt_base.OptState:
       task, opt = task_opt(task_data, values)
       return opt.init(task.init_params(seed))
 
     @tf.function(autograph=False, reduce_retracing=True)
-    def run(task_data, values, state, first, num_steps, seed):
+    def run(
+      task_data: Any,
+      values: Any,
+      state: opt_base.OptState,
+      first: tf.Tensor,
+      num_steps: tf.Tensor,
+      seed: tf.Tensor,
+    ) -> tuple[opt_base.OptState, tf.Tensor]:
       task, opt = task_opt(task_data, values)
       return inner_training.unroll(task, opt, state, num_steps, seed, first)
 
-    def metrics_fn(split):
+    def metrics_fn(split: str) -> Callable[..., tuple[tf.Tensor, tf.Tensor]]:
       @tf.function(autograph=False, reduce_retracing=True)
-      def metrics(task_data, values, state, seed):
+      def metrics(
+        task_data: Any, values: Any, state: opt_base.OptState, seed: tf.Tensor
+      ) -> tuple[tf.Tensor, tf.Tensor]:
         task, opt = task_opt(task_data, values)
         params = opt.get_params(state)
         losses, accuracies = [], []
@@ -89,7 +109,9 @@ class _Compiled:
 _COMPILED = {}
 
 
-def _compiled(family: task_base.TaskFamily, task: task_base.Task, make, num_eval_batches: int):
+def _compiled(
+  family: task_base.TaskFamily, task: task_base.Task, make: _Make, num_eval_batches: int
+) -> _Compiled:
   key = (id(family), id(make), num_eval_batches)
   if key not in _COMPILED:
     # Holding family and make keeps their ids from being reused by other objects.
@@ -123,7 +145,7 @@ def evaluate_run(
   record = {f"{s}_{m}": [] for s in splits for m in ("loss", "accuracy")}
   losses, timed_steps, timed_seconds, done = [], 0, 0.0, 0
 
-  def measure():
+  def measure() -> None:
     for split in splits:
       i = ("train", "test", "valid").index(split)
       loss, accuracy = compiled.metrics[split](
@@ -152,6 +174,7 @@ def evaluate_run(
 
 
 def run_seed(seed: int, task_index: int, init_index: int) -> tf.Tensor:
+  """The seed of run `init_index` of held-out task `task_index` (its params and its data)."""
   return seeds_lib.fold_in(seeds_lib.fold_in(seeds_lib.as_seed(seed), task_index), init_index)
 
 
@@ -261,7 +284,7 @@ def compare(evaluation: dict, learned_name: str, baseline_name: str) -> dict:
   }
 
 
-def _jsonable(x):
+def _jsonable(x: Any) -> Any:
   if isinstance(x, dict):
     return {k: _jsonable(v) for k, v in x.items()}
   if isinstance(x, (list, tuple)):
@@ -444,7 +467,7 @@ def evaluate(
 def compare_with_tuned_baseline(
   output_dir: str,
   lopt: lopt_base.LearnedOptimizer,
-  theta,
+  theta: lopt_base.Theta,
   family: task_base.TaskFamily = gin.REQUIRED,
   baseline_kind: str = "adam",
   learning_rates: Sequence[float] = LEARNING_RATES,
@@ -458,6 +481,23 @@ def compare_with_tuned_baseline(
   """A freshly trained theta against a learning-rate-tuned baseline on held-out tasks.
 
   What bin/train_local runs at the end when `train_local.final_evaluation` names it.
+
+  Args:
+    output_dir: where the results and plots go.
+    lopt: the learned optimizer `theta` belongs to.
+    theta: the trained meta-parameters (a nest of tensors or arrays).
+    family: the held-out tasks.
+    baseline_kind: the BASELINES kind whose learning rate is tuned per task.
+    learning_rates: the baseline's grid.
+    num_tasks: held-out tasks.
+    num_inits: inner initialisations per task.
+    num_steps: inner steps per run.
+    num_points: log-spaced steps where train and test metrics are measured.
+    num_eval_batches: batches averaged for each measurement.
+    seed: seeds the tasks, the inits and the data.
+
+  Returns:
+    The evaluation, as `evaluate` returns it.
   """
   candidate = candidates_lib.learned("learned", lopt, theta)
   return run_evaluation(

@@ -9,6 +9,7 @@ and evaluates train and test loss and accuracy at the end.
 import json
 import os
 import time
+from collections.abc import Mapping
 
 import gin
 import numpy as np
@@ -25,13 +26,21 @@ RESULTS_FILENAME = "inner_comparison.json"
 PLOT_FILENAME = "inner_comparison.png"
 
 
-def _as_optimizer(optimizer, seed: int) -> opt_base.Optimizer:
+def _as_optimizer(
+  optimizer: opt_base.Optimizer | lopt_base.LearnedOptimizer, seed: int
+) -> opt_base.Optimizer:
   if isinstance(optimizer, lopt_base.LearnedOptimizer):
     return optimizer.opt_fn(optimizer.init(seed))
   return optimizer
 
 
-def _split_metrics(task: task_base.Task, params, split: str, num_batches: int, seed) -> dict:
+def _split_metrics(
+  task: task_base.Task,
+  params: opt_base.Params,
+  split: str,
+  num_batches: int,
+  seed: seeds_lib.SeedLike,
+) -> dict[str, float]:
   """Mean loss (and accuracy where the task has one) over `num_batches` batches of `split`."""
   losses, accuracies = [], []
   for i in range(num_batches):
@@ -52,11 +61,19 @@ def train_with_progress(
   seed: seeds_lib.SeedLike,
   log_every: int,
   label: str = "",
-) -> tuple:
+) -> tuple[opt_base.OptState, np.ndarray, float]:
   """inner_training.train, run as graph-mode chunks of `log_every` steps with progress logs.
 
   Gives the same result as inner_training.train (the same init, and step i's data is
   fold_in(fold_in(seed, 1), i) whichever chunk it falls in).
+
+  Args:
+    task: the inner problem.
+    opt: the inner update rule.
+    num_steps: inner steps in all.
+    seed: the run's seed (params from fold_in(seed, 0), data from fold_in(seed, 1)).
+    log_every: steps per graph-mode chunk, and per progress line.
+    label: what the progress lines start with (the optimizer's name).
 
   Returns:
     (final optimizer state, numpy array of the num_steps clipped training losses, steps/s).
@@ -90,7 +107,7 @@ def train_with_progress(
 def run(
   output_dir: str,
   family: task_base.TaskFamily = gin.REQUIRED,
-  optimizers: dict = gin.REQUIRED,
+  optimizers: Mapping[str, opt_base.Optimizer | lopt_base.LearnedOptimizer] = gin.REQUIRED,
   num_steps: int = 1000,
   task_seed: int = 0,
   run_seed: int = 0,

@@ -12,6 +12,7 @@ authors' code does this; gin `clip_loss.max_loss`, None turns it off): above 10 
 `train` wraps `unroll` in a tf.function whose step count is a tensor, so it does not retrace.
 """
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import gin
@@ -32,8 +33,19 @@ def clip_loss(loss: tf.Tensor, max_loss: float | None = MAX_LOSS) -> tf.Tensor:
   return tf.minimum(loss, max_loss)
 
 
-def loss_and_grads(task: task_base.Task, params: task_base.Params, batch: task_base.Batch):
-  """The (clipped) loss of `params` on `batch` and its gradient with respect to `params`."""
+def loss_and_grads(
+  task: task_base.Task, params: task_base.Params, batch: task_base.Batch
+) -> tuple[tf.Tensor, task_base.Params]:
+  """The (clipped) loss of `params` on `batch` and its gradient with respect to `params`.
+
+  Args:
+    task: the inner problem.
+    params: where the loss is evaluated, a nest of float32 tensors.
+    batch: the batch (task.batch).
+
+  Returns:
+    (loss, grads): the scalar clip_loss(task.loss(params, batch)) and a nest like `params`.
+  """
   with tf.GradientTape() as tape:
     tape.watch(params)
     loss = clip_loss(task.loss(params, batch))
@@ -42,7 +54,7 @@ def loss_and_grads(task: task_base.Task, params: task_base.Params, batch: task_b
 
 def train_step(
   task: task_base.Task, opt: opt_base.Optimizer, state: opt_base.OptState, seed: tf.Tensor
-) -> tuple:
+) -> tuple[opt_base.OptState, tf.Tensor]:
   """One inner step on task.batch("train", seed): returns (new state, clipped loss)."""
   batch = task.batch("train", seed)
   loss, grads = loss_and_grads(task, opt.get_params(state), batch)
@@ -53,11 +65,11 @@ def unroll(
   task: task_base.Task,
   opt: opt_base.Optimizer,
   state: opt_base.OptState,
-  num_steps,
+  num_steps: int | tf.Tensor,
   seed: seeds_lib.SeedLike,
-  first_step=0,
+  first_step: int | tf.Tensor = 0,
   parallel_iterations: int = 2,
-) -> tuple:
+) -> tuple[opt_base.OptState, tf.Tensor]:
   """Trains for `num_steps` steps inside one tf.while_loop.
 
   Args:
@@ -79,7 +91,9 @@ def unroll(
   steps = tf.convert_to_tensor(num_steps, tf.int32)
   offset = tf.convert_to_tensor(first_step, tf.int32)
 
-  def body(i, state, losses):
+  def body(
+    i: tf.Tensor, state: opt_base.OptState, losses: tf.TensorArray
+  ) -> tuple[tf.Tensor, opt_base.OptState, tf.TensorArray]:
     state, loss = train_step(task, opt, state, seeds_lib.fold_in(data_seed, offset + i))
     return i + 1, state, losses.write(i, loss)
 
@@ -93,20 +107,31 @@ def unroll(
 
 
 class InnerTrainResult(NamedTuple):
-  state: opt_base.OptState
+  """What a fresh inner-training run gives (`train`)."""
+
+  state: opt_base.OptState  # The optimizer state after the last step.
   losses: tf.Tensor  # [num_steps] clipped training losses.
 
 
-def make_train_fn(task: task_base.Task, opt: opt_base.Optimizer):
+def make_train_fn(
+  task: task_base.Task, opt: opt_base.Optimizer
+) -> Callable[[seeds_lib.SeedLike, int | tf.Tensor], tuple[opt_base.OptState, tf.Tensor]]:
   """A compiled fresh-run function (seed, num_steps) -> (final state, losses) for this pair.
 
   Params come from task.init_params(fold_in(seed, 0)) and data from fold_in(seed, 1). The whole
   run is one graph-mode tf.while_loop; seed and num_steps are tensors, so new values of either
   reuse the same trace.
+
+  Args:
+    task: the inner problem.
+    opt: the inner update rule.
+
+  Returns:
+    A function of (seed, num_steps) giving (final state, losses) as `unroll` does.
   """
 
   @tf.function(autograph=False)
-  def run(seed, num_steps):
+  def run(seed: tf.Tensor, num_steps: tf.Tensor) -> tuple[opt_base.OptState, tf.Tensor]:
     state = opt.init(task.init_params(seeds_lib.fold_in(seed, 0)))
     return unroll(task, opt, state, num_steps, seeds_lib.fold_in(seed, 1))
 

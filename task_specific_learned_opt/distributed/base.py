@@ -86,7 +86,14 @@ def select(batch: Batch, keep: np.ndarray) -> Batch:
 
 
 def flatten(nest: Any) -> np.ndarray:
-  """The leaves of `nest` (tensors or arrays), raveled and concatenated: a float32 [n] vector."""
+  """The leaves of `nest` (tensors or arrays), raveled and concatenated: a float32 [n] vector.
+
+  Args:
+    nest: theta or a theta-shaped estimate, any nest tf.nest can flatten.
+
+  Returns:
+    A float32 [n] array, n the total number of elements, leaves in tf.nest.flatten order.
+  """
   return np.concatenate(
     [np.reshape(np.asarray(x, np.float32), [-1]) for x in tf.nest.flatten(nest)]
   )

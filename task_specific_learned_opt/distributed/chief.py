@@ -27,7 +27,7 @@ BETA1 = 0.5  # App. D.3.
 BATCH_SIZE = 128  # App. D.3: samples per outer update.
 
 
-def _mean_over_coordinates(nest) -> tf.Tensor:
+def _mean_over_coordinates(nest: estimators.Nest) -> tf.Tensor:
   leaves = [tf.reshape(x, [-1]) for x in tf.nest.flatten(nest)]
   return tf.reduce_mean(tf.concat(leaves, 0))
 
@@ -106,7 +106,13 @@ class Chief:
     """What a tf.train.Checkpoint must hold to resume the chief exactly."""
     return {"theta_and_adam": self.variables, "outer_step": self.outer_step}
 
-  def _apply_batch(self, g_rp, g_es, loss_plus, loss_minus):
+  def _apply_batch(
+    self,
+    g_rp: estimators.Nest,
+    g_es: estimators.Nest,
+    loss_plus: tf.Tensor,
+    loss_minus: tf.Tensor,
+  ) -> dict[str, tf.Tensor]:
     keep = estimators.finite_mask(g_rp, g_es, loss_plus, loss_minus)
     num_kept = tf.reduce_sum(tf.cast(keep, tf.int32))
     g_rp, g_es = (
@@ -116,7 +122,7 @@ class Chief:
     gradient = estimators.clip_by_value(gradient, self.clip_value)
     state = adam.AdamState(**tf.nest.map_structure(tf.convert_to_tensor, self.variables))
 
-    def update():
+    def update() -> tf.Tensor:
       new_state = self.optimizer.update(state, gradient)
       for var, value in zip(
         tf.nest.flatten(self.variables), tf.nest.flatten(new_state._asdict()), strict=True
@@ -140,7 +146,7 @@ class Chief:
       "gradient_norm": tf.linalg.global_norm(tf.nest.flatten(gradient)),
     }
 
-  def apply(self, batch: base.Batch) -> dict:
+  def apply(self, batch: base.Batch) -> dict[str, bool | int | float]:
     """Drops stale and non-finite samples, merges the rest, takes one Adam step on theta.
 
     If every sample is dropped, theta and the outer step are left as they were.

@@ -28,9 +28,11 @@ class ClusterError(ValueError):
 
 
 class TaskSpec(NamedTuple):
-  cluster: dict  # {"chief": ["host:port"], "worker": [...]}.
-  job: str
-  index: int
+  """The whole cluster and which of its tasks this process is (what parse_cluster returns)."""
+
+  cluster: dict[str, list[str]]  # {"chief": ["host:port"], "worker": [...]}.
+  job: str  # "chief" or "worker".
+  index: int  # The task's index in its job.
 
 
 def _split_address(address: str) -> tuple[str, int]:

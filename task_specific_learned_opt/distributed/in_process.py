@@ -29,6 +29,7 @@ class InProcessTransport(base.Transport):
     self.incarnation = int(incarnation)
 
   def publish_theta(self, theta: np.ndarray, version: int) -> None:
+    """Stores a float32 copy of `theta` (flat, [n]) and `version` for read_theta."""
     with self._lock:
       self._theta, self._version = np.array(theta, np.float32), int(version)
 
@@ -46,16 +47,19 @@ class InProcessTransport(base.Transport):
       return self._theta, self._version
 
   def put_sample(self, sample: base.Sample) -> bool:
+    """Queues `sample`, marked with this transport's incarnation; True: nothing is lost here."""
     with self._lock:
       self._samples.append(sample._replace(incarnation=self.incarnation))
     return True
 
   def take_samples(self, num: int) -> base.Batch | None:
+    """The `num` oldest queued samples, stacked (base.stack), or None if fewer are queued."""
     with self._lock:
       if len(self._samples) < num:
         return None
       return base.stack([self._samples.popleft() for _ in range(num)])
 
   def finish(self) -> None:
+    """Makes every later read_theta() return None."""
     with self._lock:
       self._finished = True

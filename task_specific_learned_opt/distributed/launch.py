@@ -32,7 +32,15 @@ def free_ports(num: int) -> list[int]:
       s.close()
 
 
-def loopback_cluster(num_workers: int) -> dict:
+def loopback_cluster(num_workers: int) -> dict[str, list[str]]:
+  """A cluster spec of one chief and `num_workers` workers on free 127.0.0.1 ports.
+
+  Args:
+    num_workers: worker tasks in the spec.
+
+  Returns:
+    {"chief": ["127.0.0.1:port"], "worker": ["127.0.0.1:port", ...]}, as --cluster takes it.
+  """
   ports = free_ports(num_workers + 1)
   return {
     "chief": [f"127.0.0.1:{ports[0]}"],
@@ -55,7 +63,18 @@ def launch(
   gin_bindings: Sequence[str],
   poll_secs: float = 1.0,
 ) -> int:
-  """Runs the cluster until the chief exits; returns the chief's exit status."""
+  """Runs the cluster until the chief exits; returns the chief's exit status.
+
+  Args:
+    num_workers: worker processes to start (bin/worker --task_index 0 ... num_workers - 1).
+    train_dir: the chief's --train_dir; the processes' logs go to its logs/.
+    gin_files: --gin_file of every process.
+    gin_bindings: --gin_bindings of every process.
+    poll_secs: how often the launcher checks on the processes.
+
+  Returns:
+    The chief's exit status (0 when outer-training finished).
+  """
   spec = loopback_cluster(num_workers)
   log_dir = os.path.join(train_dir, "logs")
   os.makedirs(log_dir, exist_ok=True)
@@ -64,7 +83,7 @@ def launch(
   common += [f"--gin_bindings={b}" for b in gin_bindings]
   processes = {}
 
-  def start(name, binary, *flags):
+  def start(name: str, binary: str, *flags: str) -> None:
     log = open(os.path.join(log_dir, f"{name}.log"), "w")
     processes[name] = subprocess.Popen(
       [sys.executable, _binary(binary), *common, *flags],

@@ -20,7 +20,7 @@ sample is enqueued once and dequeued once.
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gin
@@ -29,6 +29,7 @@ import tensorflow as tf
 from absl import logging
 
 from task_specific_learned_opt.distributed import base, cluster_spec
+from task_specific_learned_opt.learned_optimizers import base as lopt_base
 
 SCOPE = "outer_training"
 QUEUE_NAME = "outer_training_samples"
@@ -55,7 +56,7 @@ class ChiefUnreachableError(cluster_spec.ClusterError):
   """The chief did not answer within the timeout."""
 
 
-def fingerprint(theta_template: Any) -> str:
+def fingerprint(theta_template: lopt_base.Theta) -> str:
   """What chief and workers must agree on: theta's shapes and a hash of the gin config.
 
   Args:
@@ -199,7 +200,12 @@ class TFRuntimeTransport(base.Transport):
     device = f"/job:{self.chief_job}/replica:0/task:0/device:CPU:0"
     with tf.device(device), tf.compat.v1.variable_scope(SCOPE):
 
-      def variable(name, shape, dtype, initializer=None):
+      def variable(
+        name: str,
+        shape: Sequence[int],
+        dtype: tf.DType,
+        initializer: Callable[..., tf.Tensor] | None = None,
+      ) -> tf.Variable:
         return tf.compat.v1.get_variable(
           name,
           shape=shape,
@@ -270,7 +276,7 @@ class TFRuntimeTransport(base.Transport):
         pass
       self._session = None
 
-  def _run(self, fetches, feed_dict=None):
+  def _run(self, fetches: Any, feed_dict: Mapping[tf.Tensor, Any] | None = None) -> Any:
     options = tf.compat.v1.RunOptions(timeout_in_ms=self.rpc_timeout_ms)
     return self.session.run(fetches, feed_dict=feed_dict, options=options)
 
@@ -288,14 +294,17 @@ class TFRuntimeTransport(base.Transport):
     self.incarnation = int(incarnation)
 
   def publish_theta(self, theta: np.ndarray, version: int) -> None:
+    """Assigns `theta` (flat, [n]) and `version` on the chief's task, where workers read them."""
     self._run(self._publish, {self._theta_in: theta, self._version_in: version})
 
   def take_samples(self, num: int) -> base.Batch | None:
+    """The `num` oldest queued samples, dequeued in one call, or None if fewer are queued."""
     if self.queued() < num:
       return None
     return base.Sample(*self._run(self._dequeue, {self._take_n: num}))
 
   def finish(self) -> None:
+    """Sets `done`: every worker's next read_theta() counts it as left and returns None."""
     self._run(self._finish)
 
   def queued(self) -> int:

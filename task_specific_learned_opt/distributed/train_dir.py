@@ -17,6 +17,8 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import tensorflow as tf
 from absl import logging
@@ -53,6 +55,7 @@ class CheckpointError(RuntimeError):
 
 
 def format_seconds(seconds: float) -> str:
+  """`seconds` as "1h02m03s" (whole seconds, negative counts as 0), for the log's ETA."""
   seconds = int(max(seconds, 0))
   return f"{seconds // 3600}h{seconds // 60 % 60:02d}m{seconds % 60:02d}s"
 
@@ -61,11 +64,21 @@ class Recorder:
   """Summaries, the progress file and the plot."""
 
   def __init__(self, train_dir: str):
+    """Opens the summary writer; the progress file and plot are made on first use.
+
+    Args:
+      train_dir: where events.*, progress.jsonl and outer_training.png go.
+    """
     self.writer = tf.summary.create_file_writer(train_dir)
     self.path = os.path.join(train_dir, PROGRESS_FILENAME)
     self.plot_path = os.path.join(train_dir, PLOT_FILENAME)
 
-  def record(self, stats: dict) -> None:
+  def record(self, stats: Mapping[str, float]) -> None:
+    """Writes one outer step: SUMMARY_KEYS as TensorBoard scalars, all of it to progress.jsonl.
+
+    Args:
+      stats: the step's numbers (Chief.apply's and ChiefFiles.record's), with "outer_step".
+    """
     with self.writer.as_default(step=stats["outer_step"]):
       for key in SUMMARY_KEYS:
         if key in stats:
@@ -84,6 +97,7 @@ class Recorder:
     os.replace(self.path + ".tmp", self.path)
 
   def plot(self, title: str) -> None:
+    """Redraws outer_training.png from progress.jsonl (nothing while it has no records)."""
     if not os.path.exists(self.path):
       return
     with open(self.path) as f:
@@ -116,7 +130,7 @@ def restore(checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager
 
 
 @contextlib.contextmanager
-def interrupts_deferred():
+def interrupts_deferred() -> Iterator[None]:
   """Holds SIGINT/SIGTERM until the block is done (a checkpoint is never cut short), then
   raises KeyboardInterrupt if one came."""
   if threading.current_thread() is not threading.main_thread():
@@ -139,7 +153,7 @@ class ChiefFiles:
   """The chief's state on disk and its records: restore at start, save on a timer and at exit."""
 
   def __init__(
-    self, train_dir: str, setup: outer_lib.OuterTraining, title: str, **checkpoint_items
+    self, train_dir: str, setup: outer_lib.OuterTraining, title: str, **checkpoint_items: Any
   ):
     """Makes the chief (theta = lopt.init(seed)) and restores the latest checkpoint into it.
 
@@ -147,7 +161,8 @@ class ChiefFiles:
       train_dir: where everything is written.
       setup: the experiment.
       title: the plot's title (the batch size is added).
-      **checkpoint_items: what the mode saves besides the chief (trackables).
+      **checkpoint_items: what the mode saves besides the chief (trackables, or nests of them,
+        as tf.train.Checkpoint takes).
 
     Raises:
       CheckpointError: see `restore`.
@@ -186,6 +201,7 @@ class ChiefFiles:
     logging.info("Saved checkpoint and theta at outer step %d in %s.", step, self.train_dir)
 
   def save_if_due(self) -> None:
+    """Saves (see `save`) if checkpoint_every_secs have passed since the last save."""
     if time.time() - self.last_save >= self.setup.checkpoint_every_secs:
       self.save()
 

@@ -12,6 +12,7 @@ Every random choice comes from seeds derived from (seed, worker id, task index, 
 index), so a sample is reproducible from theta, the worker state and the seed.
 """
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import gin
@@ -20,6 +21,7 @@ import tensorflow as tf
 from task_specific_learned_opt import seeds as seeds_lib
 from task_specific_learned_opt.distributed import base
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
+from task_specific_learned_opt.optimizers import base as opt_base
 from task_specific_learned_opt.outer import schedules, truncated_unroll
 from task_specific_learned_opt.tasks import base as task_base
 
@@ -63,7 +65,10 @@ class Worker:
       objective: "train" (L_train) or "valid" (L_valid).
       horizon: inner steps before an inner problem is reset (10,000).
       schedule: truncation lengths; the paper's LinearCurriculum by default.
-      recompute: segment-wise recomputation in the backward pass (memory ~ sqrt(K)).
+      recompute: chunks rerun in the backward pass (memory ~ K^(1/3) with two levels).
+
+    Raises:
+      ValueError: an unknown objective.
     """
     if objective not in truncated_unroll.OBJECTIVES:
       raise ValueError(
@@ -78,30 +83,52 @@ class Worker:
     self.horizon = int(horizon)
     self.schedule = schedule if schedule is not None else schedules.LinearCurriculum()
     self.recompute = bool(recompute)
-    self._task = None
-    self._task_index = None
+    self._task: task_base.Task | None = None
+    self._task_index: int | None = None
 
   def initial_state(self) -> WorkerState:
     """The state of a worker that has not started: its first step starts a task."""
     return WorkerState(task_index=0, truncation_index=0, inner_state=None)
 
   def task_seed(self, task_index: int) -> tf.Tensor:
-    """The seed of this worker's `task_index`-th task: its classes, init and data."""
+    """The seed of this worker's `task_index`-th task: its classes, init and data.
+
+    Args:
+      task_index: which of this worker's tasks, counting from 0.
+
+    Returns:
+      An int32 [2] seed; fold_in(., 0) seeds the task's init and fold_in(., 1) its data.
+    """
     return seeds_lib.fold_in(seeds_lib.fold_in(self.seed, 1), task_index)
 
   def task(self, task_index: int) -> task_base.Task:
-    """This worker's `task_index`-th task (the last one is kept in memory)."""
+    """This worker's `task_index`-th task (the last one is kept in memory).
+
+    Args:
+      task_index: which of this worker's tasks, counting from 0.
+
+    Returns:
+      The task the family samples with task_seed(task_index).
+    """
     if self._task_index != task_index:
       self._task = self.family.sample(self.task_seed(task_index))
       self._task_index = task_index
     return self._task
 
-  def new_inner_state(self, theta: lopt_base.Theta, task_index: int):
-    """A fresh inner run: the task's initial params, zero optimizer accumulators, t = 0."""
+  def new_inner_state(self, theta: lopt_base.Theta, task_index: int) -> opt_base.OptState:
+    """A fresh inner run: the task's initial params, zero optimizer accumulators, t = 0.
+
+    Args:
+      theta: the meta-parameters whose optimizer makes the state (opt_fn(theta).init).
+      task_index: which of this worker's tasks the run trains.
+
+    Returns:
+      The learned optimizer's initial state for the task's initial parameters.
+    """
     params = self.task(task_index).init_params(seeds_lib.fold_in(self.task_seed(task_index), 0))
     return self.lopt.opt_fn(theta).init(params)
 
-  def _compiled(self, task: task_base.Task):
+  def _compiled(self, task: task_base.Task) -> Callable[..., truncated_unroll.TruncationSample]:
     # Workers of one process with the same configuration share one trace: the task's data is an
     # argument, so any task of the family runs through it.
     key = (id(self.family), id(self.lopt), self.sigma, self.objective, self.recompute)
@@ -109,7 +136,14 @@ class Worker:
       template, lopt, sigma, objective, recompute = task, self.lopt, *key[2:]
 
       @tf.function(autograph=False, reduce_retracing=True)
-      def sample_fn(theta, inner_state, task_data, num_steps, data_seed, perturbation_seed):
+      def sample_fn(
+        theta: lopt_base.Theta,
+        inner_state: opt_base.OptState,
+        task_data: Any,
+        num_steps: tf.Tensor,
+        data_seed: tf.Tensor,
+        perturbation_seed: tf.Tensor,
+      ) -> truncated_unroll.TruncationSample:
         return truncated_unroll.truncation_sample(
           template.with_data(task_data),
           lopt,
@@ -128,7 +162,16 @@ class Worker:
     return _SAMPLE_FNS[key][0]
 
   def truncation_length(self, outer_step: int, state: WorkerState, inner_step: int) -> int:
-    """K for this truncation: the schedule at `outer_step`, jittered, capped at the horizon."""
+    """K for this truncation: the schedule at `outer_step`, jittered, capped at the horizon.
+
+    Args:
+      outer_step: the outer step of the theta the truncation runs at (the curriculum's clock).
+      state: the worker's state; its truncation index seeds the jitter.
+      inner_step: the inner step t0 the truncation starts from.
+
+    Returns:
+      K >= 1, at most horizon - inner_step (the steps left in the current inner run).
+    """
     truncation_seed = seeds_lib.fold_in(seeds_lib.fold_in(self.seed, 2), state.truncation_index)
     u = schedules.truncation_uniform(truncation_seed)
     return self.schedule.length(int(outer_step), u, self.horizon - int(inner_step))

@@ -14,7 +14,7 @@ The normalisation, the feature map and the time features fold into the [hidden, 
 tensor (x_c s_c W_0[c] = x_c (s_c W_0[c])), and the output bias rides on an extra hidden unit that
 is always relu(1) = 1. For the paper's features and the ablations C only selects rows of Y, so A is
 [W_0^T, b_t] with its columns scaled and permuted, and the hidden layer reads only the rows it uses.
-Three things keep the number and cost of ops per step down (each measured, see the README):
+Three things keep the number and cost of ops per step down (each measured, docs/performance.md):
   - what depends on theta alone ([W_0^T, b], [W_1^T, b_1], where the time features go) is built
     once where opt_fn(theta) is called, outside the inner loop; a step adds time(t) @ W_time;
   - unless ops run on one thread, the ReLU runs inside the hidden layer's matmul kernel;
@@ -112,12 +112,12 @@ def feature_maps(config: UpdateConfig) -> tuple[np.ndarray, np.ndarray]:
   return b, np.stack(rows)
 
 
-def _num_elements(x: tf.Tensor):
+def _num_elements(x: tf.Tensor) -> int | tf.Tensor:
   n = x.shape.num_elements()
   return n if n is not None else tf.size(x)
 
 
-def _shape(x: tf.Tensor):
+def _shape(x: tf.Tensor) -> tf.TensorShape | tf.Tensor:
   return x.shape if x.shape.is_fully_defined() else tf.shape(x)
 
 
@@ -249,7 +249,9 @@ class FastUpdate:
     w0 = weights.w0 + tf.reshape(tf.matmul(time[None], weights.time_to_w0), weights.w0.shape)
     return weights._replace(w0=w0)
 
-  def _inputs(self, param, grad, momenta, n) -> tf.Tensor:
+  def _inputs(
+    self, param: tf.Tensor, grad: tf.Tensor, momenta: tf.Tensor, n: int | tf.Tensor
+  ) -> tf.Tensor:
     """Z = [g; w; 1; m_old], [k, n]."""
     return tf.concat(
       [
@@ -269,7 +271,9 @@ class FastUpdate:
     o_dir, o_mag = tf.unstack(tf.matmul(weights.w1, hidden, name="output"))
     return o_dir * tf.exp(o_mag)
 
-  def _update_tensor(self, weights: _ThetaWeights, param, grad, momenta) -> tuple:
+  def _update_tensor(
+    self, weights: _ThetaWeights, param: tf.Tensor, grad: tf.Tensor, momenta: tf.Tensor
+  ) -> tuple[tf.Tensor, tf.Tensor]:
     n = _num_elements(param)
     y = tf.matmul(weights.b, self._inputs(param, grad, momenta, n), name="momenta")
     used = self._used_rows(weights, y)
@@ -284,7 +288,13 @@ class FastUpdate:
     step = self._steps(weights, _relu_matmul(a, used, weights.zero, n))
     return param - tf.reshape(step, _shape(param)), tf.reshape(y[MOMENTA_ROW:], _shape(momenta))
 
-  def _update_group(self, weights: _ThetaWeights, params, grads, momenta) -> list:
+  def _update_group(
+    self,
+    weights: _ThetaWeights,
+    params: Sequence[tf.Tensor],
+    grads: Sequence[tf.Tensor],
+    momenta: Sequence[tf.Tensor],
+  ) -> list[tuple[tf.Tensor, tf.Tensor]]:
     """The update of several small tensors side by side in one [k, sum(n)] pipeline.
 
     Each tensor's features are normalised by its own root mean squares, now per element (the
@@ -318,7 +328,7 @@ class FastUpdate:
     ]
 
 
-def _relu_matmul(a: tf.Tensor, x: tf.Tensor, zero: tf.Tensor, n) -> tf.Tensor:
+def _relu_matmul(a: tf.Tensor, x: tf.Tensor, zero: tf.Tensor, n: int | tf.Tensor) -> tf.Tensor:
   """relu(a @ x) for x [k, n]; with several intra-op threads, one kernel with the ReLU fused in.
 
   Grappler's remapper fuses MatMul + BiasAdd + Relu into one kernel (oneDNN on x86 CPUs); here the

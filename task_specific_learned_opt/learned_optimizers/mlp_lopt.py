@@ -26,7 +26,7 @@ same function as the MLP on the concatenated 16 columns (the tests check the ref
 numpy forward pass of the concatenation, and the two implementations against each other).
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import gin
@@ -123,7 +123,12 @@ class _ReferenceMLPLOptOptimizer(_Optimizer):
     w_time = self.theta["hidden"]["w"][-len(self.lopt.time_scales) :]
     return tf.linalg.matvec(w_time, time, transpose_a=True)
 
-  def _apply(self, state: MLPLOptState, grads: opt_base.Params, update_tensor) -> MLPLOptState:
+  def _apply(
+    self,
+    state: MLPLOptState,
+    grads: opt_base.Params,
+    update_tensor: Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]],
+  ) -> MLPLOptState:
     new = [
       update_tensor(p, g, m)
       for p, g, m in zip(
@@ -142,7 +147,9 @@ class _ReferenceMLPLOptOptimizer(_Optimizer):
     lopt, theta = self.lopt, self.theta
     time_bias = self._time_bias(state.iteration)
 
-    def update_tensor(param, grad, momenta):
+    def update_tensor(
+      param: tf.Tensor, grad: tf.Tensor, momenta: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
       momenta = features.update_momenta(_decays_last(momenta), grad, lopt.decays)
       columns = lopt.columns(grad, param, momenta)
       normalized = features.second_moment_normalize(columns, lopt.normalizer_epsilon)
@@ -287,7 +294,7 @@ class MLPLOpt(base.LearnedOptimizer):
     """
     hidden_seed, output_seed = tf.unstack(seeds_lib.split(seed, 2))
 
-    def weights(seed, fan_in, fan_out):
+    def weights(seed: tf.Tensor, fan_in: int, fan_out: int) -> tf.Tensor:
       stddev = 1.0 / fan_in**0.5
       return tf.random.stateless_truncated_normal([fan_in, fan_out], seed, stddev=stddev)
 

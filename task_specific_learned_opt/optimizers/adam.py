@@ -90,7 +90,7 @@ class Adam(hand_designed.HandDesignedOptimizer):
     m_correction = 1.0 - tf.pow(beta1, t)
     v_correction = 1.0 - tf.pow(beta2, t)
 
-    def step(w, m, v):
+    def step(w: tf.Tensor, m: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
       m_hat = m / m_correction
       v_hat = v / v_correction
       return w - lr_t * m_hat / (tf.sqrt(v_hat) + epsilon)

@@ -48,7 +48,7 @@ def es_gradient(
     2.0 * tf.square(sigma)
   )
 
-  def _leaf(e):
+  def _leaf(e: tf.Tensor) -> tf.Tensor:
     e = tf.cast(e, tf.float32)
     # The per-sample scale broadcasts over the trailing (theta) axes of each leaf.
     extra_axes = e.shape.rank - scale.shape.rank
@@ -106,7 +106,7 @@ def _merge(g_rp: Nest, g_es: Nest, epsilon: float) -> tuple[MergeResult, Nest, N
     es_vars.append(v_es)
     weights.append(w_es)
 
-  def _pack(leaves):
+  def _pack(leaves: list[tf.Tensor]) -> Nest:
     return tf.nest.pack_sequence_as(g_rp, leaves)
 
   result = MergeResult(

@@ -1,4 +1,4 @@
-"""One antithetic truncation and its gradient estimates (paper Sec. 3, App. C; REFERENCE.md).
+"""One antithetic truncation and its gradient estimates (paper Sec. 3, App. C).
 
 From an inner state at step t0, the + and - unrolls apply u(.; theta + e) and u(.; theta - e)
 for K steps on identical batches (step t trains on task.batch("train", fold_in(train_seed, t))).
@@ -22,7 +22,8 @@ as tensors, never captured, and the while loops run with parallel_iterations=2, 
 far iterations run ahead of each other (and so the memory they hold).
 """
 
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import gin
 import tensorflow as tf
@@ -38,6 +39,11 @@ OBJECTIVES = ("train", "valid")
 SEGMENT_SCALE = 0.2
 LEVELS = 2
 _PARALLEL_ITERATIONS = 2
+# (theta + e, theta - e) and the states of the + and - unrolls, in that order.
+_ThetaPair = tuple[lopt_base.Theta, lopt_base.Theta]
+_StatePair = tuple[opt_base.OptState, opt_base.OptState]
+# (state_plus, state_minus, sum_plus, sum_minus): what a run of both unrolls gives.
+_PairOutput = tuple[opt_base.OptState, opt_base.OptState, tf.Tensor, tf.Tensor]
 
 
 class TruncationSample(NamedTuple):
@@ -55,8 +61,17 @@ def data_seeds(seed: seeds_lib.SeedLike) -> tuple[tf.Tensor, tf.Tensor]:
   return seeds_lib.fold_in(seed, 0), seeds_lib.fold_in(seed, 1)
 
 
-def perturbation(theta: lopt_base.Theta, seed: seeds_lib.SeedLike, sigma: float):
-  """e ~ N(0, sigma^2 I) in the shape of theta, drawn statelessly from `seed`."""
+def perturbation(theta: lopt_base.Theta, seed: seeds_lib.SeedLike, sigma: float) -> lopt_base.Theta:
+  """e ~ N(0, sigma^2 I) in the shape of theta, drawn statelessly from `seed`.
+
+  Args:
+    theta: the meta-parameters; only the structure and shapes of its leaves are read.
+    seed: the perturbation's stateless seed (each leaf gets its own split of it).
+    sigma: the standard deviation of every coordinate of e.
+
+  Returns:
+    e, a float32 nest of the structure and shapes of `theta`.
+  """
   leaves = tf.nest.flatten(theta)
   leaf_seeds = seeds_lib.split(seed, len(leaves))
   return tf.nest.pack_sequence_as(
@@ -78,7 +93,14 @@ class _SegmentInputs(NamedTuple):
   chunks: tf.Tensor  # int32 [levels]: steps per recomputed chunk at each level.
 
 
-def _pair_segment(task, lopt, objective, theta_pair, states, inputs: _SegmentInputs):
+def _pair_segment(
+  task: task_base.Task,
+  lopt: lopt_base.LearnedOptimizer,
+  objective: str,
+  theta_pair: _ThetaPair,
+  states: _StatePair,
+  inputs: _SegmentInputs,
+) -> _PairOutput:
   """`length` steps of the + and - unrolls from inner step `start` on shared batches.
 
   Returns:
@@ -89,7 +111,13 @@ def _pair_segment(task, lopt, objective, theta_pair, states, inputs: _SegmentInp
   task = task.with_data(inputs.task_data)
   opts = [lopt.opt_fn(theta) for theta in theta_pair]
 
-  def body(i, state_plus, state_minus, sum_plus, sum_minus):
+  def body(
+    i: tf.Tensor,
+    state_plus: opt_base.OptState,
+    state_minus: opt_base.OptState,
+    sum_plus: tf.Tensor,
+    sum_minus: tf.Tensor,
+  ) -> tuple[tf.Tensor, opt_base.OptState, opt_base.OptState, tf.Tensor, tf.Tensor]:
     t = inputs.start + i
     batch = task.batch("train", seeds_lib.fold_in(inputs.train_seed, t))
     new_states, sums = [], []
@@ -121,19 +149,21 @@ def _is_float(x: tf.Tensor) -> bool:
   return x.dtype.is_floating
 
 
-def _recomputed(segment_fn, output_structure, differentiable, constants):
+def _recomputed(
+  segment_fn: Callable[..., Any], output_structure: Any, differentiable: Any, constants: Any
+) -> Any:
   """segment_fn(*differentiable, constants), with a gradient that reruns the segment.
 
   The forward pass keeps only the segment's inputs; the backward pass reruns the segment under
   a tape and backpropagates the upstream gradients through it. Gradients flow to the float
-  leaves of `differentiable`; `constants` get none.
+  leaves of `differentiable`; `constants` get none. The result is a nest like `output_structure`.
   """
   flat_diff = tf.nest.flatten(differentiable)
   flat_const = tf.nest.flatten(constants)
   float_index = [i for i, x in enumerate(flat_diff) if _is_float(x)]
   num_float = len(float_index)
 
-  def call(float_values, const_values):
+  def call(float_values: Sequence[tf.Tensor], const_values: Sequence[tf.Tensor]) -> Any:
     values = list(flat_diff)
     for i, value in zip(float_index, float_values, strict=True):
       values[i] = value
@@ -143,11 +173,11 @@ def _recomputed(segment_fn, output_structure, differentiable, constants):
     )
 
   @tf.custom_gradient
-  def forward(*args):
+  def forward(*args: tf.Tensor) -> tuple[list[tf.Tensor], Callable[..., list[tf.Tensor | None]]]:
     float_values, const_values = args[:num_float], args[num_float:]
     flat_outputs = tf.nest.flatten(call(float_values, const_values))
 
-    def grad_fn(*upstream):
+    def grad_fn(*upstream: tf.Tensor | None) -> list[tf.Tensor | None]:
       with tf.GradientTape() as tape:
         tape.watch(float_values)
         rerun = tf.nest.flatten(call(float_values, const_values))
@@ -171,7 +201,9 @@ def _recomputed(segment_fn, output_structure, differentiable, constants):
 
 
 @gin.configurable
-def segment_lengths_for(num_steps, scale: float = SEGMENT_SCALE, levels: int = LEVELS) -> tf.Tensor:
+def segment_lengths_for(
+  num_steps: int | tf.Tensor, scale: float = SEGMENT_SCALE, levels: int = LEVELS
+) -> tf.Tensor:
   """Steps per recomputed chunk at each of `levels` levels of recomputation: int32 [levels].
 
   The innermost chunks are S_L = ceil(scale * K^(1 / (levels + 1))) steps and each level's chunk
@@ -190,7 +222,16 @@ def segment_lengths_for(num_steps, scale: float = SEGMENT_SCALE, levels: int = L
   return tf.cast(tf.stack(lengths), tf.int32)
 
 
-def _run_range(task, lopt, objective, output_structure, theta_pair, states, inputs, level):
+def _run_range(
+  task: task_base.Task,
+  lopt: lopt_base.LearnedOptimizer,
+  objective: str,
+  output_structure: _PairOutput,
+  theta_pair: _ThetaPair,
+  states: _StatePair,
+  inputs: _SegmentInputs,
+  level: int,
+) -> _PairOutput:
   """Steps [start, start + length) of both unrolls, as a loop of recomputed chunks.
 
   At the last level the steps run plainly (_pair_segment); above it, each chunk of
@@ -201,12 +242,16 @@ def _run_range(task, lopt, objective, output_structure, theta_pair, states, inpu
     return _pair_segment(task, lopt, objective, theta_pair, states, inputs)
   end = inputs.start + inputs.length
 
-  def run_chunk(theta_pair, states, chunk_inputs):
+  def run_chunk(
+    theta_pair: _ThetaPair, states: _StatePair, chunk_inputs: _SegmentInputs
+  ) -> _PairOutput:
     return _run_range(
       task, lopt, objective, output_structure, theta_pair, states, chunk_inputs, level + 1
     )
 
-  def body(position, states, sum_plus, sum_minus):
+  def body(
+    position: tf.Tensor, states: _StatePair, sum_plus: tf.Tensor, sum_minus: tf.Tensor
+  ) -> tuple[tf.Tensor, _StatePair, tf.Tensor, tf.Tensor]:
     chunk_inputs = inputs._replace(
       start=position, length=tf.minimum(inputs.chunks[level], end - position)
     )
@@ -236,12 +281,12 @@ def antithetic_losses(
   theta_plus: lopt_base.Theta,
   theta_minus: lopt_base.Theta,
   state: opt_base.OptState,
-  num_steps,
+  num_steps: int | tf.Tensor,
   data_seed: seeds_lib.SeedLike,
   objective: str = "train",
   recompute: bool = True,
-  segment_lengths=None,
-):
+  segment_lengths: Sequence[int] | tf.Tensor | None = None,
+) -> tuple[tf.Tensor, tf.Tensor, opt_base.OptState]:
   """L+ and L- of one truncation of `num_steps` steps from `state`, and the + end state.
 
   Differentiable with respect to theta_plus and theta_minus (and the start state).
@@ -261,7 +306,11 @@ def antithetic_losses(
       segment_lengths_for(K) by default.
 
   Returns:
-    (loss_plus, loss_minus, end_state_plus).
+    (loss_plus, loss_minus, end_state_plus): the outer losses L+ and L-, float32 scalars, and
+    the + unroll's state after the K steps.
+
+  Raises:
+    ValueError: an unknown objective.
   """
   if objective not in OBJECTIVES:
     raise ValueError(f"Unknown objective {objective!r}; expected one of {OBJECTIVES}.")
@@ -299,14 +348,34 @@ def truncation_sample(
   lopt: lopt_base.LearnedOptimizer,
   theta: lopt_base.Theta,
   state: opt_base.OptState,
-  num_steps,
+  num_steps: int | tf.Tensor,
   data_seed: seeds_lib.SeedLike,
   perturbation_seed: seeds_lib.SeedLike,
   sigma: float,
   objective: str = "train",
   recompute: bool = True,
 ) -> TruncationSample:
-  """g_rp, g_es, L+, L- and the + end state of one antithetic truncation (see the module doc)."""
+  """g_rp, g_es, L+, L- and the + end state of one antithetic truncation (see the module doc).
+
+  Args:
+    task: the inner problem.
+    lopt: the learned optimizer.
+    theta: the meta-parameters; the + and - unrolls run at theta + e and theta - e.
+    state: the inner optimizer state at the start (its `iteration` is the inner step t0).
+    num_steps: K >= 1, int or int32 tensor.
+    data_seed: the inner run's data seed (see data_seeds).
+    perturbation_seed: the seed of e (see perturbation).
+    sigma: the standard deviation of e.
+    objective: "train" (L_train) or "valid" (L_valid).
+    recompute: recompute chunks of the unroll in the backward pass (see antithetic_losses).
+
+  Returns:
+    The sample: g_rp and g_es nests like theta, L+ and L-, and the + unroll's end state with its
+    gradient stopped, where the next truncation starts.
+
+  Raises:
+    ValueError: an unknown objective.
+  """
   e = perturbation(theta, perturbation_seed, sigma)
   with tf.GradientTape() as tape:
     tape.watch(theta)

@@ -4,7 +4,7 @@ A ClassSource serves the uint8 images of one class of one source split ("train" 
 families (families.py) sample classes from it. Paper Sec. 4.2: ImageNet's classes are split into
 700 outer-train and 300 outer-test classes; a task uses all images of its 10 classes.
 
-The class split rule (documented in the README): classes are permuted with numpy's legacy
+The class split rule (documented in docs/data.md): classes are permuted with numpy's legacy
 `RandomState(seed)` (its stream is fixed across numpy versions) and the first `num_outer_train`
 of the permutation are the outer-train classes, the rest outer-test; both lists are sorted.
 """

@@ -10,6 +10,8 @@ family, 70/30 for CIFAR-100), and makes an ImageTask with all the images of thos
 Labels are renumbered 0..9 in the order the classes were drawn.
 """
 
+from collections.abc import Sequence
+
 import gin
 import numpy as np
 
@@ -80,8 +82,16 @@ class ClassSubsetFamily(base.TaskFamily):
     rng = np.random.default_rng(seeds_lib.to_numpy_seed(seed))
     return rng.choice(self.class_ids, size=self.num_classes_per_task, replace=False)
 
-  def task_for_classes(self, classes) -> image_task.ImageTask:
-    """The task made of these classes (label i is classes[i])."""
+  def task_for_classes(self, classes: Sequence[int] | np.ndarray) -> image_task.ImageTask:
+    """The task made of these classes (label i is classes[i]).
+
+    Args:
+      classes: class ids of the source, e.g. sample_classes(seed).
+
+    Returns:
+      An ImageTask on all the images of `classes`: the source's train images split into
+      inner-train and inner-valid, its test images as test.
+    """
     train, valid, test = [], [], []
     for class_id in classes:
       class_train, class_valid = _split_examples(
@@ -98,4 +108,5 @@ class ClassSubsetFamily(base.TaskFamily):
     )
 
   def sample(self, seed: seeds_lib.SeedLike) -> image_task.ImageTask:
+    """The task of the classes sample_classes(seed) draws."""
     return self.task_for_classes(self.sample_classes(seed))

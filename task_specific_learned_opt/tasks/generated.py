@@ -9,7 +9,7 @@ belongs to no class (a distractor), a random background colour and pixel noise. 
   - the mean colour of an image does not identify its class: the gratings average to ~zero and the
     background colour is drawn from the same distribution for every class;
   - within-class variation is large enough that the paper's CNN needs hundreds of Adam steps to fit
-    a 10-class task (the README shows the learning curve).
+    a 10-class task (docs/data.md shows the learning curve).
 Everything is a deterministic function of (seed, class id, split): class c's texture comes from
 numpy's Generator seeded with [seed, c] and its images from [seed, c, split code]. 1000 classes are
 split 700/300 like ImageNet's (class_source.split_classes).
@@ -37,7 +37,15 @@ def class_texture(seed: int, class_id: int, num_gratings: int) -> dict:
   }
 
 
-def _gratings(rng, n, size, frequency, orientation, colour, amplitude):
+def _gratings(
+  rng: np.random.Generator,
+  n: int,
+  size: int,
+  frequency: np.ndarray,
+  orientation: np.ndarray,
+  colour: np.ndarray,
+  amplitude: np.ndarray,
+) -> np.ndarray:
   """Sum of colour * amplitude * sin(2 pi f (x cos o + y sin o) + phase): [n, s, s, 3]."""
   coords = np.arange(size, dtype=np.float64)
   y, x = np.meshgrid(coords, coords, indexing="ij")
@@ -117,6 +125,17 @@ class GeneratedClassSource(class_source.ClassSource):
     num_gratings: int = 3,
     noise_std: float = 0.35,
   ):
+    """Describes the dataset; images are generated when first asked for.
+
+    Args:
+      seed: the dataset's seed; every image is a function of it, the class and the split.
+      num_classes: classes in the dataset.
+      train_images_per_class: images of each class in the "train" split.
+      test_images_per_class: images of each class in the "test" split.
+      image_size: height and width in pixels.
+      num_gratings: gratings in each class's texture.
+      noise_std: standard deviation of the pixel noise (before the scaling to uint8).
+    """
     self.seed = int(seed)
     self.num_classes = int(num_classes)
     self.counts = {"train": int(train_images_per_class), "test": int(test_images_per_class)}
@@ -127,6 +146,19 @@ class GeneratedClassSource(class_source.ClassSource):
 
   @functools.lru_cache(maxsize=64)  # noqa: B019  (sources live as long as the process)
   def images(self, split: str, class_id: int) -> np.ndarray:
+    """The class's uint8 images [n, image_size, image_size, 3], read-only (they are cached).
+
+    Args:
+      split: "train" or "test".
+      class_id: an integer in [0, num_classes).
+
+    Returns:
+      The images, a deterministic function of (seed, class_id, split); the 64 most recently
+      asked for are kept, so a task's classes are generated once.
+
+    Raises:
+      ValueError: an unknown split or a class id out of range.
+    """
     if split not in class_source.SOURCE_SPLITS:
       raise ValueError(f"Unknown split {split!r}; expected one of {class_source.SOURCE_SPLITS}.")
     if not 0 <= class_id < self.num_classes:

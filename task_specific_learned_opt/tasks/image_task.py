@@ -39,15 +39,18 @@ class Classifier(base.Task):
   """
 
   def init_params(self, seed: seeds_lib.SeedLike) -> dict:
+    """`self.model`'s initial parameters for inputs of `image_shape`."""
     return self.model.init(seeds_lib.as_seed(seed), self.image_shape)
 
   def loss(self, params: dict, batch: dict) -> tf.Tensor:
+    """Mean softmax cross-entropy of the logits of batch["image"] against batch["label"]."""
     logits = self.model.apply(params, batch["image"])
     return tf.reduce_mean(
       tf.nn.sparse_softmax_cross_entropy_with_logits(labels=batch["label"], logits=logits)
     )
 
   def accuracy(self, params: dict, batch: dict) -> tf.Tensor:
+    """Fraction of batch["image"] whose highest logit is at batch["label"], float32 scalar."""
     logits = self.model.apply(params, batch["image"])
     predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
     return tf.reduce_mean(tf.cast(tf.equal(predictions, batch["label"]), tf.float32))
@@ -85,14 +88,24 @@ class ImageTask(Classifier):
 
   @property
   def data(self) -> dict:
+    """{split: LabelledImages}: every image and label the task reads."""
     return self.splits
 
   def with_data(self, data: dict) -> "ImageTask":
+    """A shallow copy of this task reading `data` ({split: (images, labels)}) instead."""
     task = copy.copy(self)
     task.splits = {k: LabelledImages(*v) for k, v in data.items()}
     return task
 
   def batch(self, split: str, seed: seeds_lib.SeedLike) -> dict:
+    """`batch_size` examples of `split` drawn with replacement, the indices from `seed`.
+
+    Returns:
+      {"image": float32 [batch_size, H, W, C] in [-1, 1], "label": int32 [batch_size]}.
+
+    Raises:
+      ValueError: an unknown split.
+    """
     base.check_split(split)
     data = self.splits[split]
     size = tf.shape(data.labels, out_type=tf.int32)[0]
@@ -105,6 +118,11 @@ class ImageTask(Classifier):
     }
 
   def num_examples(self, split: str) -> int:
+    """The number of examples in `split`.
+
+    Raises:
+      ValueError: an unknown split.
+    """
     base.check_split(split)
     return int(self.splits[split].labels.shape[0])
 

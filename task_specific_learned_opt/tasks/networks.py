@@ -45,9 +45,16 @@ class Model:
   name = "model"
 
   def init(self, seed: seeds_lib.SeedLike, input_shape: Sequence[int]) -> dict:
+    """The initial parameters, a nest of float32 tensors, drawn statelessly from `seed`.
+
+    Args:
+      seed: a stateless seed.
+      input_shape: one example's shape, e.g. [H, W, C] (no batch axis).
+    """
     raise NotImplementedError
 
   def apply(self, params: dict, inputs: tf.Tensor) -> tf.Tensor:
+    """The logits [B, num_classes] of `inputs` [B, *input_shape] under `params`."""
     raise NotImplementedError
 
 
@@ -63,6 +70,18 @@ class ConvNet(Model):
     batch_norm: bool = False,
     num_classes: int = 10,
   ):
+    """Describes the network; `init` makes its parameters.
+
+    Args:
+      channels: output channels of each conv layer.
+      strides: stride of each conv layer (the same length as `channels`).
+      kernel_size: k of the k x k kernels.
+      batch_norm: batch normalisation after each conv layer (App. H).
+      num_classes: outputs of the linear layer.
+
+    Raises:
+      ValueError: `channels` and `strides` differ in length.
+    """
     if len(channels) != len(strides):
       raise ValueError(f"channels {channels} and strides {strides} must have the same length.")
     self.channels = tuple(int(c) for c in channels)
@@ -73,6 +92,7 @@ class ConvNet(Model):
     self.name = f"conv{len(self.channels)}x{self.channels[0]}" + ("_bn" if batch_norm else "")
 
   def init(self, seed: seeds_lib.SeedLike, input_shape: Sequence[int]) -> dict:
+    """Glorot-uniform kernels and zero biases (batch norm: scale 1, offset 0) per layer."""
     layer_seeds = seeds_lib.split(seed, len(self.channels) + 1)
     params = {}
     in_channels = int(input_shape[-1])
@@ -92,6 +112,7 @@ class ConvNet(Model):
     return params
 
   def apply(self, params: dict, inputs: tf.Tensor) -> tf.Tensor:
+    """The logits [B, num_classes]: conv layers, global average pool, linear layer."""
     x = inputs
     for i, stride in enumerate(self.strides):
       layer = params[f"conv{i}"]
@@ -108,11 +129,18 @@ class MLP(Model):
   """Flatten -> hidden ReLU layers -> linear to the classes."""
 
   def __init__(self, hidden_sizes: Sequence[int] = (32, 32), num_classes: int = 10):
+    """Describes the network; `init` makes its parameters.
+
+    Args:
+      hidden_sizes: ReLU units of each hidden layer.
+      num_classes: outputs of the last layer.
+    """
     self.hidden_sizes = tuple(int(h) for h in hidden_sizes)
     self.num_classes = int(num_classes)
     self.name = "mlp" + "x".join(str(h) for h in self.hidden_sizes)
 
   def init(self, seed: seeds_lib.SeedLike, input_shape: Sequence[int]) -> dict:
+    """Glorot-uniform weights and zero biases per layer; the first reads the flattened input."""
     sizes = [int(tf.reduce_prod(input_shape))] + list(self.hidden_sizes) + [self.num_classes]
     layer_seeds = seeds_lib.split(seed, len(sizes) - 1)
     return {
@@ -121,6 +149,7 @@ class MLP(Model):
     }
 
   def apply(self, params: dict, inputs: tf.Tensor) -> tf.Tensor:
+    """The logits [B, num_classes] of `inputs` flattened to [B, prod(input_shape)]."""
     x = tf.reshape(inputs, [tf.shape(inputs)[0], -1])
     num_layers = len(self.hidden_sizes) + 1
     for i in range(num_layers):

@@ -28,6 +28,16 @@ class QuadraticTask(base.Task):
     noise_std: float = 0.0,
     init_std: float = 1.0,
   ):
+    """Makes the task.
+
+    Args:
+      dim: number of parameters.
+      seed: seed of the centre c.
+      min_curvature: the smallest curvature a_i.
+      max_curvature: the largest curvature a_i.
+      noise_std: standard deviation of the per-batch noise n (0: exact gradients).
+      init_std: standard deviation of the initial parameters (drawn around 0).
+    """
     self.dim = int(dim)
     self.curvatures = tf.constant(
       np.logspace(np.log10(min_curvature), np.log10(max_curvature), self.dim), tf.float32
@@ -39,21 +49,30 @@ class QuadraticTask(base.Task):
 
   @property
   def data(self) -> dict:
+    """{"curvatures": a [dim], "center": c [dim]}."""
     return {"curvatures": self.curvatures, "center": self.center}
 
   def with_data(self, data: dict) -> "QuadraticTask":
+    """A shallow copy of this task with the curvatures and centre of `data`."""
     task = copy.copy(self)
     task.curvatures, task.center = data["curvatures"], data["center"]
     return task
 
   def init_params(self, seed: seeds_lib.SeedLike) -> dict:
+    """{"w": init_std * N(0, I) [dim]}, drawn statelessly from `seed`."""
     return {"w": self.init_std * tf.random.stateless_normal([self.dim], seeds_lib.as_seed(seed))}
 
   def loss(self, params: dict, batch: dict) -> tf.Tensor:
+    """1/2 * sum_i a_i * (w_i - c_i - n_i)^2 with n = batch["noise"]."""
     diff = params["w"] - self.center - batch["noise"]
     return 0.5 * tf.reduce_sum(self.curvatures * tf.square(diff))
 
   def batch(self, split: str, seed: seeds_lib.SeedLike) -> dict:
+    """{"noise": noise_std * N(0, I) [dim]} from `seed` (every split draws alike).
+
+    Raises:
+      ValueError: an unknown split.
+    """
     base.check_split(split)
     noise = tf.random.stateless_normal([self.dim], seeds_lib.as_seed(seed))
     return {"noise": self.noise_std * noise}
@@ -74,6 +93,14 @@ class QuadraticFamily(base.TaskFamily):
     min_curvature: float = 0.1,
     max_curvature: float = 1.0,
   ):
+    """Makes the family; every task shares these settings and has its own centre.
+
+    Args:
+      dim: number of parameters.
+      noise_std: standard deviation of the per-batch noise.
+      min_curvature: the smallest curvature.
+      max_curvature: the largest curvature.
+    """
     self.dim = dim
     self.noise_std = noise_std
     self.min_curvature = min_curvature
@@ -81,6 +108,7 @@ class QuadraticFamily(base.TaskFamily):
     self.name = f"quadratic{dim}"
 
   def sample(self, seed: seeds_lib.SeedLike) -> QuadraticTask:
+    """The quadratic whose centre is drawn from a task seed that `seed` picks."""
     task_seed = int(np.random.default_rng(seeds_lib.to_numpy_seed(seed)).integers(2**31))
     return QuadraticTask(
       dim=self.dim,

@@ -50,6 +50,7 @@ def _records(train_dir):
     return [json.loads(line) for line in f]
 
 
+@pytest.mark.integration
 def test_a_resumed_run_continues_exactly(tmp_path):
   _train(tmp_path / "straight", 4)
   _train(tmp_path / "resumed", 2)

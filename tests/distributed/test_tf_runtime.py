@@ -110,7 +110,7 @@ def test_backoff_doubles_to_its_cap_restarts_on_contact_and_gives_up_after_the_t
 def test_a_read_without_a_chief_retries_then_gives_up():
   fake = _FakeTime()
   worker = tf_runtime.TFRuntimeTransport(
-    "grpc://127.0.0.1:1", N, "x", rpc_timeout_secs=1.0, chief_timeout_secs=5.0
+    "grpc://127.0.0.1:1", N, "x", rpc_timeout_secs=0.2, chief_timeout_secs=5.0
   )
   worker.backoff = tf_runtime.Backoff("127.0.0.1:1", 5.0, sleep=fake.sleep, clock=lambda: fake.now)
   with pytest.raises(tf_runtime.ChiefUnreachableError, match="127.0.0.1:1 has not answered"):

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from task_specific_learned_opt import optimizers
 from task_specific_learned_opt.optimizers import adam, hand_designed, rmsprop, sgd
 
 PARAMS = {"a": [1.0, -2.0], "b": [[0.5]]}
@@ -303,21 +302,6 @@ def test_tensor_hparams_do_not_retrace():
 
 
 # Registry and gin.
-
-
-def test_get_builds_by_name():
-  opt = optimizers.get("adam", learning_rate=0.5)
-  assert isinstance(opt, adam.Adam)
-  assert opt.learning_rate == 0.5
-  for name, cls in optimizers.OPTIMIZERS.items():
-    assert cls.name == name
-
-
-def test_get_unknown_name_raises():
-  with pytest.raises(ValueError, match="nope") as info:
-    optimizers.get("nope")
-  for name in ("sgd", "momentum", "rmsprop", "adam"):
-    assert name in str(info.value)
 
 
 def test_gin_binds_adam(clean_gin):
