@@ -12,14 +12,15 @@ Then
   g_es = (L+ - L-) / 2 * e / sigma^2 (antithetic ES)
 and the + unroll's end state is the state the next truncation starts from.
 
-Memory. Backpropagating through K steps stores every step (~113 MB per step for the paper's
-CNN at batch 128, both unrolls, second-order terms included). With `recompute=True` the unroll
-runs as a loop of chunks whose backward pass reruns them (a tf.custom_gradient); with two levels
-(the default) each chunk reruns as a loop of smaller recomputed chunks, so the backward pass
-holds ~2 K^(1/3) stored states and a few steps' activations (segment_lengths_for), for two extra
-forward passes. Everything a chunk reads (theta, the states, the task's data, seeds) is passed in
-as tensors, never captured, and the while loops run with parallel_iterations=2, which bounds how
-far iterations run ahead of each other (and so the memory they hold).
+Memory. Backpropagating through K steps stores every step (measured: ~26 MiB per inner step of
+both unrolls for the paper's CNN at batch 128; docs/outer_training.md). With `recompute=True`
+the unroll runs as a loop of chunks whose backward pass reruns them (a tf.custom_gradient); with
+two levels (the default) each chunk reruns as a loop of smaller recomputed chunks, so the
+backward pass holds ~2 K^(1/3) stored states and a few steps' activations (segment_lengths_for),
+for two extra forward passes. Everything a chunk reads (theta, the states, the task's data,
+seeds) is passed in as tensors, never captured, and the while loops run with
+parallel_iterations=2, which bounds how far iterations run ahead of each other (and so the
+memory they hold).
 """
 
 from collections.abc import Callable, Sequence
@@ -211,9 +212,9 @@ def segment_lengths_for(
   is ~ levels * r stored states plus S_L steps being rerun: O(sqrt(K)) for one level,
   O(K^(1/3)) for two, each level costing one more forward pass.
 
-  Measured for the paper's CNN at batch 128 (both unrolls): a stored state costs ~3 MB, a step
-  being rerun ~113 MB, hence a small scale. One level peaks at 4.6 GB at K = 10,000 whatever
-  the scale; two levels stay far below (README).
+  Measured for one sample of the paper's CNN at batch 128 at K = 10,000 (docs/outer_training.md):
+  one level peaks at 4.4 GiB, two levels at 2.2 GiB; plain backpropagation would hold ~26 MiB per
+  step (~260 GiB).
   """
   k = tf.cast(num_steps, tf.float32)
   innermost = tf.maximum(tf.math.ceil(scale * k ** (1.0 / (levels + 1))), 1.0)
