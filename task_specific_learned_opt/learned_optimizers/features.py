@@ -17,7 +17,7 @@ MOMENTUM_DECAYS = (0.5, 0.9, 0.99, 0.999, 0.9999)
 NORMALIZER_EPSILON = 1e-5
 # Paper App. D.1: "9 timescales logarithmically spaced from (3, 300k)".
 PAPER_TIME_SCALES = tuple(float(x) for x in np.logspace(np.log10(3.0), np.log10(3e5), 9))
-# The authors' code (fast_rolling_mlp.py) spaces them by hand.
+# The authors' code spaces them by hand.
 ORIGINAL_CODE_TIME_SCALES = (3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0, 300000.0)
 # The authors' code feeds rms statistics that are never updated (stay 0) and rsqrt(rms + 1e-6).
 ORIGINAL_CODE_RMS_EPSILON = 1e-6
