@@ -5,15 +5,12 @@ that names the problem and the fix, and exits with status 1, instead of a traceb
 """
 
 import functools
-import signal
 import sys
-import types
 from collections.abc import Callable, Sequence
-from typing import NoReturn
 
 from absl import flags
 
-from task_specific_learned_opt import baselines, benchmark, checkpoints, gin_config
+from task_specific_learned_opt import baselines, benchmark, checkpoints, gin_config, stopping
 from task_specific_learned_opt.distributed import cluster_spec, train_dir
 from task_specific_learned_opt.tasks import tfds_source
 
@@ -35,6 +32,17 @@ def define_gin_flags(default_gin_file: str) -> None:
     flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings that override the files.")
 
 
+def define_train_dir_flags(default_train_dir: str) -> None:
+  """Defines --train_dir and --resume_changed_experiment (bin/train_local, bin/chief)."""
+  flags.DEFINE_string("train_dir", default_train_dir, "Checkpoints, theta, summaries and plots.")
+  flags.DEFINE_bool(
+    "resume_changed_experiment",
+    False,
+    "Resume a train dir that holds another experiment (other gin bindings, the same theta "
+    "shapes) on purpose; without it such a train dir is refused.",
+  )
+
+
 def define_cluster_flags() -> None:
   """Defines the flags bin/chief and bin/worker share."""
   flags.DEFINE_string(
@@ -52,16 +60,6 @@ def define_cluster_flags() -> None:
   )
 
 
-def _raise_keyboard_interrupt(signum: int, frame: types.FrameType | None) -> NoReturn:
-  del signum, frame
-  raise KeyboardInterrupt
-
-
-def sigterm_interrupts() -> None:
-  """Makes SIGTERM raise KeyboardInterrupt, so `finally` blocks (the last checkpoint) run."""
-  signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-
-
 def exits_on_user_error(main: Callable[[Sequence[str]], None]) -> Callable[[Sequence[str]], None]:
   """Wraps an absl `main(argv)`: a USER_ERRORS exception becomes `sys.exit("error: ...")`.
 
@@ -69,14 +67,18 @@ def exits_on_user_error(main: Callable[[Sequence[str]], None]) -> Callable[[Sequ
     main: the binary's main function, called with the arguments absl leaves after parsing flags.
 
   Returns:
-    `main`, except that a USER_ERRORS exception exits with status 1 and a one-line message, and
-    KeyboardInterrupt (Ctrl-C, or SIGTERM after sigterm_interrupts) with "interrupted".
+    `main`, except that a USER_ERRORS exception exits with status 1 and a one-line message;
+    stopping.Terminated (SIGTERM, after `finally` blocks saved what they save) exits 0 with
+    "stopped by SIGTERM"; KeyboardInterrupt (Ctrl-C) exits 1 with "interrupted".
   """
 
   @functools.wraps(main)
   def wrapped(argv: Sequence[str]) -> None:
     try:
       return main(argv)
+    except stopping.Terminated:
+      print("stopped by SIGTERM", file=sys.stderr, flush=True)
+      sys.exit(0)
     except KeyboardInterrupt:
       sys.exit("interrupted (state saved)")
     except USER_ERRORS as e:

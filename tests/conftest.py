@@ -1,4 +1,5 @@
-"""Shared test setup: quiet TensorFlow, two inter-op threads, a clean gin config per test."""
+"""Shared test setup: quiet TensorFlow, two inter-op threads, a clean gin config and no stop
+request per test."""
 
 import os
 
@@ -8,6 +9,8 @@ import gin  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from task_specific_learned_opt import stopping  # noqa: E402
+
 tf.config.threading.set_inter_op_parallelism_threads(2)
 
 
@@ -16,3 +19,11 @@ def clean_gin():
   gin.clear_config()
   yield
   gin.clear_config()
+
+
+@pytest.fixture(autouse=True)
+def no_stop_request():
+  """A test that asks to stop (SIGTERM) does not stop the next one."""
+  stopping.clear()
+  yield
+  stopping.clear()

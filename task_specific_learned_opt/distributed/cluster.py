@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from task_specific_learned_opt import stopping
 from task_specific_learned_opt.distributed import base, cluster_spec, loops, tf_runtime
 from task_specific_learned_opt.distributed import outer_training as outer_lib
 from task_specific_learned_opt.distributed import train_dir as train_dir_lib
@@ -47,13 +48,14 @@ class _Waiting:
     time.sleep(self.poll_secs)
 
 
-@gin.configurable(denylist=["train_dir", "spec", "setup"])
+@gin.configurable(denylist=["train_dir", "spec", "setup", "resume_changed_experiment"])
 def run_chief(
   train_dir: str,
   spec: cluster_spec.TaskSpec,
   setup: outer_lib.OuterTraining | None = None,
   poll_secs: float = 0.005,
   linger_secs: float = 60.0,
+  resume_changed_experiment: bool = False,
 ) -> dict:
   """bin/chief: the chief loop over the cluster's transport; resumes from the train dir.
 
@@ -64,6 +66,8 @@ def run_chief(
     poll_secs: how long to sleep when the queue holds less than a batch.
     linger_secs: after the last step, the longest to wait for workers to learn that training is
       over (it ends as soon as every worker has left or is gone).
+    resume_changed_experiment: resume a train dir of another experiment (same theta shapes) on
+      purpose (see train_dir.ChiefFiles).
 
   Returns:
     The last outer step's statistics.
@@ -76,7 +80,10 @@ def run_chief(
   num_workers = len(spec.cluster["worker"])
   server = cluster_spec.start_server(spec)
   files = train_dir_lib.ChiefFiles(
-    train_dir, setup, f"{setup.family.name}, {setup.lopt.name}, {num_workers} workers (cluster)"
+    train_dir,
+    setup,
+    f"{setup.family.name}, {setup.lopt.name}, {num_workers} workers (cluster)",
+    resume_changed_experiment=resume_changed_experiment,
   )
   template = files.chief.theta_numpy()
   transport = tf_runtime.TFRuntimeTransport(
@@ -102,7 +109,7 @@ def _let_workers_leave(
   """Waits until every worker has left or is gone (its port refuses), at most `linger_secs`."""
   addresses = spec.cluster["worker"]
   deadline = time.time() + linger_secs
-  while time.time() < deadline:
+  while time.time() < deadline and not stopping.requested():
     transport.take_samples(transport.queued() or 1)  # Unblocks workers waiting on a full queue.
     left = transport.workers_left()
     gone = sum(cluster_spec.nobody_listens(a, timeout=0.2) for a in addresses)

@@ -62,13 +62,14 @@ class _WorkersState(tf.train.experimental.PythonState):
     self.num_samples += 1
 
 
-@gin.configurable(denylist=["train_dir", "setup"])
+@gin.configurable(denylist=["train_dir", "setup", "resume_changed_experiment"])
 def train_local(
   train_dir: str,
   num_workers: int = 8,
   setup: outer_lib.OuterTraining | None = None,
   final_evaluation: Callable[[str, lopt_base.LearnedOptimizer, lopt_base.Theta], object]
   | None = None,
+  resume_changed_experiment: bool = False,
 ) -> dict:
   """Outer-trains theta with a chief and `num_workers` workers in this process.
 
@@ -81,6 +82,8 @@ def train_local(
     final_evaluation: called as final_evaluation(output_dir, lopt, theta) once the last outer
       step is reached (e.g. evaluation.compare_with_tuned_baseline); results go to
       <train_dir>/eval.
+    resume_changed_experiment: resume a train dir of another experiment (same theta shapes) on
+      purpose (see train_dir.ChiefFiles).
 
   Returns:
     The last outer step's statistics (empty if no step was taken).
@@ -103,6 +106,7 @@ def train_local(
     train_dir,
     setup,
     f"{setup.family.name}, {setup.lopt.name}, {num_workers} workers",
+    resume_changed_experiment=resume_changed_experiment,
     workers=workers_state,
   )
   stats = loops.chief_loop(files, transport, transport.incarnation, workers_state.next_worker)

@@ -16,12 +16,13 @@ one WorkerLoop per worker process, over the TensorFlow-runtime transport.
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from task_specific_learned_opt import stopping
 from task_specific_learned_opt.distributed import base, train_dir
 from task_specific_learned_opt.distributed import worker as worker_lib
 
@@ -31,36 +32,42 @@ WORKER_LOG_SECS = 30.0  # At most one progress line per worker this often (and t
 class SampleFilter:
   """Which samples of a batch the chief may apply (beyond the Chief's non-finite/stale checks).
 
-  Drops samples computed with a theta this chief never had (an earlier chief run's version past
-  the checkpoint this one restored) and any (worker, worker run, sample index) seen before.
+  Keeps a sample only if theta's lineage holds the theta it was computed with: its (chief
+  incarnation, version) lies in one of the ranges of train_dir.Lineage. So samples of a theta
+  from a lost branch (versions an earlier chief run reached past the checkpoint this one
+  resumed, however many restarts ago) are dropped. Drops any (worker, worker run, sample index)
+  seen before, too.
   """
 
-  def __init__(self, incarnation: int, restored_step: int):
+  def __init__(self, ranges: Sequence[tuple[int, int, int | None]]):
     """Makes the filter of one chief run.
 
     Args:
-      incarnation: this chief run's id; its own theta versions are never lost.
-      restored_step: the outer step it resumed from (0 for a new run).
+      ranges: (incarnation, first version, last version or None for open-ended) of every chief
+        run that led to the current theta, this one last.
     """
-    self.incarnation = int(incarnation)
-    self.restored_step = int(restored_step)
+    self.ranges = [tuple(r) for r in ranges]
     self._last_index = {}  # (worker_id, worker_run) -> highest sample index seen.
 
   def __call__(self, batch: base.Batch) -> tuple[np.ndarray, int, int]:
     """(keep mask [B], number from a lost theta, number of duplicates) for `batch`."""
-    lost = (np.asarray(batch.incarnation) != self.incarnation) & (
-      np.asarray(batch.theta_version) > self.restored_step
-    )
+    incarnation = np.asarray(batch.incarnation)
+    version = np.asarray(batch.theta_version)
+    kept = np.zeros(incarnation.shape, bool)
+    for owner, first, last in self.ranges:
+      kept |= (incarnation == owner) & (version >= first) & (last is None or version <= last)
+    lost = ~kept
     duplicate = np.zeros_like(lost)
     ids, runs = np.asarray(batch.worker_id).tolist(), np.asarray(batch.worker_run).tolist()
-    keys = zip(ids, runs, strict=True)
-    for i, key in enumerate(keys):
+    for i, key in enumerate(zip(ids, runs, strict=True)):
+      if lost[i]:
+        continue
       index = int(batch.sample_index[i])
       if index <= self._last_index.get(key, -1):
         duplicate[i] = True
       else:
         self._last_index[key] = index
-    return ~(lost | duplicate), int(np.sum(lost)), int(np.sum(duplicate & ~lost))
+    return ~(lost | duplicate), int(np.sum(lost)), int(np.sum(duplicate))
 
 
 def chief_loop(
@@ -72,7 +79,8 @@ def chief_loop(
   """Outer-trains until the experiment's last outer step; saves at exit; tells workers it is over.
 
   Every update (apply, publish, record) runs with SIGINT/SIGTERM held, so an interrupt never
-  leaves theta published but unrecorded; a checkpoint is written at exit, interrupted or not.
+  leaves theta published but unrecorded; a checkpoint is written at exit, interrupted or not. A
+  SIGTERM stops the loop before its next outer step (stopping.py).
 
   Args:
     files: the chief and its train dir, restored from the latest checkpoint.
@@ -83,9 +91,13 @@ def chief_loop(
 
   Returns:
     The last outer step's statistics (empty if no step was taken).
+
+  Raises:
+    stopping.Terminated: a SIGTERM asked the chief to stop (after the checkpoint is saved).
   """
   chief, setup = files.chief, files.setup
-  accept = SampleFilter(incarnation, chief.step)
+  files.lineage.begin(incarnation)
+  accept = SampleFilter(files.lineage.ranges())
   transport.publish_theta(base.flatten(chief.theta_numpy()), chief.step)
   if chief.step >= setup.num_outer_steps:
     logging.info(
@@ -94,6 +106,7 @@ def chief_loop(
   stats, samples_taken, active = {}, 0, False
   try:
     while chief.step < setup.num_outer_steps:
+      stopping.check()  # Between outer steps: the safe point for SIGTERM.
       active = True
       batch = transport.take_samples(chief.batch_size)
       if batch is None:

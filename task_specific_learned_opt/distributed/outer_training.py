@@ -3,14 +3,91 @@
 An experiment (gin: `outer_training.*`) names the task family, the learned optimizer, the seed and
 how long to train; `bin/train_local`, `bin/chief` and `bin/worker` all read it, so one gin file
 runs in one process or on a cluster. The chief's files are in train_dir.py, the loops in loops.py.
+
+What makes two runs the same experiment is `experiment_record`: theta's shapes and every gin
+binding except those in RESUMABLE_BINDINGS (how long, how often, how fast, not what is learned).
+A train dir resumes only the experiment it holds, and a worker joins only a chief of its own
+experiment.
 """
 
-from typing import NamedTuple
+import fnmatch
+from typing import Any, NamedTuple
 
 import gin
+import numpy as np
+import tensorflow as tf
 
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.tasks import base as task_base
+
+# Bindings that may change when a run resumes, or differ between the chief and its workers,
+# without making it another experiment (fnmatch patterns over "scope/selector.parameter").
+RESUMABLE_BINDINGS = (
+  "outer_training.num_outer_steps",
+  "outer_training.checkpoint_every_secs",
+  "outer_training.keep_checkpoints",
+  "outer_training.log_every",
+  "configure_threads.*",  # Thread pools: speed only.
+  "segment_lengths_for.*",  # Recomputation: memory and time; the same gradient.
+  "Worker.recompute",
+  "MLPLOpt.implementation",  # "fast" and "reference" compute the same update.
+  "run_chief.*",  # Polling and lingering.
+  "run_worker.*",  # Timeouts and sample caps.
+  "TFRuntimeTransport.*",  # Queue capacity and timeouts.
+  "train_local.final_evaluation",  # What runs after the last step, and on what:
+  "compare_with_tuned_baseline.*",
+  "eval/*",
+)
+
+
+def experiment_record(theta_template: Any) -> dict:
+  """What defines the experiment being run: theta's shapes and the gin bindings that matter.
+
+  Args:
+    theta_template: a nest of arrays or tensors shaped like theta.
+
+  Returns:
+    {"theta_shapes": [[...], ...], "bindings": {"scope/selector.parameter": "value", ...}}: every
+    binding of the gin config (as written, not defaults) except RESUMABLE_BINDINGS.
+  """
+  bindings, key = {}, None
+  for line in gin.config_str().splitlines():
+    if line[:1].isspace() and key is not None:  # A long value wrapped onto the next line.
+      bindings[key] = f"{bindings[key]} {line.strip()}".strip()
+      continue
+    key = None
+    if not line or line.startswith(("#", "import ", "from ")) or " = " not in line:
+      continue
+    key, value = line.split(" = ", 1)
+    bindings[key] = value.removesuffix("\\").rstrip()  # A value that starts on the next line.
+  bindings = {
+    k: v
+    for k, v in bindings.items()
+    if not any(fnmatch.fnmatchcase(k, pattern) for pattern in RESUMABLE_BINDINGS)
+  }
+  shapes = [list(np.shape(x)) for x in tf.nest.flatten(theta_template)]
+  return {"theta_shapes": shapes, "bindings": bindings}
+
+
+def differences(before: dict, now: dict, max_listed: int = 4) -> str | None:
+  """How two experiment records differ, in words; None if they are the same experiment.
+
+  Args:
+    before: the record of the run already there (a train dir's, or the chief's).
+    now: the record of this process.
+    max_listed: bindings named before "and N more".
+  """
+  if before.get("theta_shapes") != now.get("theta_shapes"):
+    return (
+      f"theta's shapes differ ({before.get('theta_shapes')} there, {now.get('theta_shapes')} here)"
+    )
+  old, new = before.get("bindings", {}), now.get("bindings", {})
+  changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+  if not changed:
+    return None
+  listed = [f"{k} {old.get(k, '(unset)')} there, {new.get(k, '(unset)')} here" for k in changed]
+  more = f" and {len(listed) - max_listed} more" if len(listed) > max_listed else ""
+  return f"gin bindings differ: {'; '.join(listed[:max_listed])}{more}"
 
 
 class OuterTraining(NamedTuple):

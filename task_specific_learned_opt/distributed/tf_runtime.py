@@ -17,7 +17,6 @@ incarnation; `put_sample` discards the sample if the chief went away (the next r
 sample is enqueued once and dequeued once.
 """
 
-import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +28,7 @@ import tensorflow as tf
 from absl import logging
 
 from task_specific_learned_opt.distributed import base, cluster_spec
+from task_specific_learned_opt.distributed import outer_training as outer_lib
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 
 SCOPE = "outer_training"
@@ -57,38 +57,29 @@ class ChiefUnreachableError(cluster_spec.ClusterError):
 
 
 def fingerprint(theta_template: lopt_base.Theta) -> str:
-  """What chief and workers must agree on: theta's shapes and a hash of the gin config.
+  """What chief and workers must agree on (outer_training.experiment_record), as JSON.
 
   Args:
     theta_template: a nest of arrays or tensors shaped like theta.
 
   Returns:
-    A JSON string {"theta_shapes": [...], "gin_config_sha256": first 16 hex digits}.
+    The record as a JSON string with sorted keys.
   """
-  shapes = [list(np.shape(x)) for x in tf.nest.flatten(theta_template)]
-  config = hashlib.sha256(gin.config_str().encode()).hexdigest()[:16]
-  return json.dumps({"theta_shapes": shapes, "gin_config_sha256": config}, sort_keys=True)
+  return json.dumps(outer_lib.experiment_record(theta_template), sort_keys=True)
 
 
-def mismatch_message(chief: str, mine: str) -> str:
-  """One line saying how a worker's fingerprint `mine` differs from the chief's, and the fix."""
+def mismatch_message(chief: str, mine: str) -> str | None:
+  """One line saying how a worker's fingerprint `mine` differs from the chief's; None if not."""
   try:
-    chief_info, my_info = json.loads(chief), json.loads(mine)
+    chief_record, my_record = json.loads(chief), json.loads(mine)
   except json.JSONDecodeError:
-    chief_info, my_info = {"theta_shapes": chief}, {"theta_shapes": mine}
-  if chief_info.get("theta_shapes") != my_info.get("theta_shapes"):
-    what = (
-      f"theta's shapes differ (chief {chief_info.get('theta_shapes')}, this worker "
-      f"{my_info.get('theta_shapes')})"
-    )
-  else:
-    what = (
-      f"the gin configs differ (sha256 {chief_info.get('gin_config_sha256')} on the chief, "
-      f"{my_info.get('gin_config_sha256')} here)"
-    )
+    chief_record, my_record = {"theta_shapes": chief}, {"theta_shapes": mine}
+  difference = outer_lib.differences(chief_record, my_record)
+  if difference is None:
+    return None
   return (
-    f"This worker's experiment is not the chief's: {what}. Start every worker with the chief's "
-    "--gin_file and --gin_bindings."
+    f"This worker's experiment is not the chief's: {difference} (there: the chief). Start every "
+    "worker with the chief's --gin_file and --gin_bindings."
   )
 
 
@@ -223,18 +214,22 @@ class TFRuntimeTransport(base.Transport):
       experiment = tf.compat.v1.get_variable(
         "experiment", initializer=tf.constant(""), use_resource=True, trainable=False
       )
-      self._initialize = tf.compat.v1.variables_initializer(
-        [theta, version, incarnation, done, left, experiment]
-      )
       self._theta_in = tf.compat.v1.placeholder(tf.float32, [n])
       self._version_in = tf.compat.v1.placeholder(tf.int64, [])
       self._publish = [theta.assign(self._theta_in), version.assign(self._version_in)]
       self._incarnation_in = tf.compat.v1.placeholder(tf.int64, [])
       self._experiment_in = tf.compat.v1.placeholder(tf.string, [])
-      self._set_identity = [
+      # Start is one run, and the fingerprint (what workers wait for) is written only after
+      # everything else: a worker reads either an unset state (and retries) or all of it.
+      # The variables are never zero-initialised, so there is no zero theta to read.
+      state = [
+        *self._publish,
         incarnation.assign(self._incarnation_in),
-        experiment.assign(self._experiment_in),
+        done.assign(False),
+        left.assign(tf.constant(0, tf.int64)),
       ]
+      with tf.control_dependencies(state):
+        self._start = experiment.assign(self._experiment_in, read_value=False)
       self._finish = done.assign(True)
       self._leave = left.assign_add(1)
       self._read = {
@@ -283,13 +278,18 @@ class TFRuntimeTransport(base.Transport):
   # The chief's side.
 
   def start(self, theta: np.ndarray, version: int, incarnation: int) -> None:
-    """Initialises the shared state with `theta` (chief only); workers start reading after."""
-    self._run(self._initialize)
-    self.publish_theta(theta, version)
-    # The fingerprint is what workers wait for, so it is set after theta.
+    """Sets the whole shared state at once (chief only): theta, its version, the incarnation.
+
+    Until it runs, the variables are unset and workers' reads fail (and are retried).
+    """
     self._run(
-      self._set_identity,
-      {self._incarnation_in: incarnation, self._experiment_in: self.experiment},
+      self._start,
+      {
+        self._theta_in: theta,
+        self._version_in: version,
+        self._incarnation_in: incarnation,
+        self._experiment_in: self.experiment,
+      },
     )
     self.incarnation = int(incarnation)
 
@@ -337,9 +337,9 @@ class TFRuntimeTransport(base.Transport):
       self.backoff.wait(tf.errors.UnavailableError(None, None, "chief starting"), "it starts")
     self.backoff.contact()
     if shared["incarnation"] != self.incarnation:
-      experiment = shared["experiment"].decode()
-      if experiment != self.experiment:
-        raise ExperimentMismatchError(mismatch_message(experiment, self.experiment))
+      message = mismatch_message(shared["experiment"].decode(), self.experiment)
+      if message is not None:
+        raise ExperimentMismatchError(message)
       if self.incarnation:
         logging.info("The chief restarted (now at outer step %d); carrying on.", shared["version"])
       self.incarnation = int(shared["incarnation"])

@@ -7,8 +7,14 @@ What the chief writes, in local mode and on a cluster alike:
   events.*           TensorBoard summaries, one point per outer step;
   progress.jsonl     the same numbers, one JSON line per outer step;
   outer_training.png the curves (outer loss, K, variances of g_rp and g_es, ES weight);
-  operative_config.gin.
-A restart resumes from the latest checkpoint and forgets records of steps after it.
+  operative_config.gin;
+  experiment.json    the experiment this train dir holds (outer_training.experiment_record);
+                     a restart with another experiment is refused, nothing overwritten;
+  experiment_changes.jsonl  experiments it held before a deliberate change
+                     (resume_changed_experiment), with the outer step of the change.
+A restart resumes from the latest checkpoint and forgets records of steps after it. The
+checkpoint also holds the lineage of theta: which (chief incarnation, theta version) ranges led
+to it, so that samples of a theta from a lost branch are never applied (loops.SampleFilter).
 """
 
 import contextlib
@@ -27,6 +33,8 @@ from task_specific_learned_opt import checkpoints, plots
 from task_specific_learned_opt.distributed import chief as chief_lib
 from task_specific_learned_opt.distributed import outer_training as outer_lib
 
+EXPERIMENT_FILENAME = "experiment.json"
+EXPERIMENT_CHANGES_FILENAME = "experiment_changes.jsonl"
 PROGRESS_FILENAME = "progress.jsonl"
 PLOT_FILENAME = "outer_training.png"
 SUMMARY_KEYS = (
@@ -52,6 +60,43 @@ SUMMARY_KEYS = (
 
 class CheckpointError(RuntimeError):
   """A checkpoint in the train dir that cannot be restored into this experiment."""
+
+
+class ExperimentChangedError(CheckpointError):
+  """A train dir that holds another experiment than the one being started."""
+
+
+class Lineage(tf.train.experimental.PythonState):
+  """The (chief incarnation, first version, last version) ranges that led to the current theta.
+
+  A chief run that resumed at outer step s and reached t contributed the versions s..t of its
+  incarnation; the ranges of the runs before it come from the checkpoint it resumed. Saved in
+  the checkpoint, with the current run's range ending at the step being saved.
+  """
+
+  def __init__(self, chief: chief_lib.Chief):
+    """Makes an empty lineage for `chief` (whose step ends the current range when saved)."""
+    self.chief = chief
+    self.past: list[tuple[int, int, int]] = []
+    self.current: tuple[int, int] | None = None
+
+  def begin(self, incarnation: int) -> None:
+    """This chief run (`incarnation`) starts publishing at the chief's current step."""
+    self.current = (int(incarnation), self.chief.step)
+
+  def ranges(self) -> list[tuple[int, int, int | None]]:
+    """Every range; the current run's is open-ended (last None)."""
+    current = [(*self.current, None)] if self.current is not None else []
+    return [*self.past, *current]
+
+  def serialize(self) -> bytes:
+    """The ranges, the current one ending at the chief's step (JSON)."""
+    current = [(*self.current, self.chief.step)] if self.current is not None else []
+    return json.dumps([*self.past, *current]).encode()
+
+  def deserialize(self, string_value: bytes) -> None:
+    """Restores the ranges of the runs before this one."""
+    self.past = [tuple(r) for r in json.loads(string_value.decode())]
 
 
 def format_seconds(seconds: float) -> str:
@@ -131,8 +176,11 @@ def restore(checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager
 
 @contextlib.contextmanager
 def interrupts_deferred() -> Iterator[None]:
-  """Holds SIGINT/SIGTERM until the block is done (a checkpoint is never cut short), then
-  raises KeyboardInterrupt if one came."""
+  """Holds SIGINT/SIGTERM until the block is done (a checkpoint is never cut short).
+
+  A signal that came meanwhile then goes to the handler that was in place: Ctrl-C raises
+  KeyboardInterrupt, the chief's SIGTERM asks it to stop (stopping.py).
+  """
   if threading.current_thread() is not threading.main_thread():
     yield
     return
@@ -145,15 +193,24 @@ def interrupts_deferred() -> Iterator[None]:
   finally:
     for sig, handler in previous.items():
       signal.signal(sig, handler)
-  if received:
-    raise KeyboardInterrupt
+  for signum in received:
+    handler = previous[signum]
+    if callable(handler):
+      handler(signum, None)
+    elif handler == signal.SIG_DFL:
+      signal.raise_signal(signum)
 
 
 class ChiefFiles:
   """The chief's state on disk and its records: restore at start, save on a timer and at exit."""
 
   def __init__(
-    self, train_dir: str, setup: outer_lib.OuterTraining, title: str, **checkpoint_items: Any
+    self,
+    train_dir: str,
+    setup: outer_lib.OuterTraining,
+    title: str,
+    resume_changed_experiment: bool = False,
+    **checkpoint_items: Any,
   ):
     """Makes the chief (theta = lopt.init(seed)) and restores the latest checkpoint into it.
 
@@ -161,42 +218,102 @@ class ChiefFiles:
       train_dir: where everything is written.
       setup: the experiment.
       title: the plot's title (the batch size is added).
+      resume_changed_experiment: resume a train dir that holds another experiment (same theta
+        shapes, other gin bindings) on purpose; the change is logged and recorded.
       **checkpoint_items: what the mode saves besides the chief (trackables, or nests of them,
         as tf.train.Checkpoint takes).
 
     Raises:
+      ExperimentChangedError: the train dir holds another experiment; nothing is changed.
       CheckpointError: see `restore`.
     """
     tf.io.gfile.makedirs(train_dir)
     self.train_dir = train_dir
     self.setup = setup
     self.chief = chief_lib.Chief(lopt=setup.lopt, seed=setup.seed)
+    self.lineage = Lineage(self.chief)
     self.title = f"{title}, batch {self.chief.batch_size}"
-    self.checkpoint = tf.train.Checkpoint(**self.chief.checkpoint_items(), **checkpoint_items)
+    self.checkpoint = tf.train.Checkpoint(
+      **self.chief.checkpoint_items(), lineage=self.lineage, **checkpoint_items
+    )
     self.manager = tf.train.CheckpointManager(
       self.checkpoint,
       os.path.join(train_dir, checkpoints.CHECKPOINT_DIRNAME),
       setup.keep_checkpoints,
     )
+    record = outer_lib.experiment_record(self.chief.theta_numpy())
+    change = self._check_experiment(record, resume_changed_experiment)
     restore(self.checkpoint, self.manager)
+    self._write_experiment(record, change)
     self.recorder = Recorder(train_dir)
     self.recorder.forget_after(self.chief.step)
     self.start_time = self.last_save = time.time()
     self.start_step = self.chief.step
 
+  def _check_experiment(self, record: dict, resume_changed: bool) -> dict | None:
+    """The experiment already in the train dir if it differs and may be resumed, else None.
+
+    Raises:
+      ExperimentChangedError: it differs and `resume_changed` is False (or theta's shapes
+        differ, which no resume can bridge).
+      CheckpointError: experiment.json cannot be read.
+    """
+    path = os.path.join(self.train_dir, EXPERIMENT_FILENAME)
+    if self.manager.latest_checkpoint is None or not os.path.exists(path):
+      return None  # Nothing to resume, or a train dir written before records were kept.
+    try:
+      with open(path) as f:
+        saved = json.load(f)
+    except (OSError, ValueError) as e:
+      raise CheckpointError(
+        f"Cannot read {path} ({e}). Restore it, or move the train dir's files away to start anew."
+      ) from e
+    difference = outer_lib.differences(saved, record)
+    if difference is None:
+      return None
+    if resume_changed and saved.get("theta_shapes") == record["theta_shapes"]:
+      logging.warning("Resuming %s with a changed experiment: %s.", self.train_dir, difference)
+      return saved
+    raise ExperimentChangedError(
+      f"{self.train_dir} holds another experiment: {difference}. Start this one in a new "
+      "--train_dir, or pass --resume_changed_experiment to continue this run under the new "
+      "settings on purpose (theta's shapes must match). Nothing was overwritten."
+    )
+
+  def _write_experiment(self, record: dict, change: dict | None) -> None:
+    if change is not None:
+      with open(os.path.join(self.train_dir, EXPERIMENT_CHANGES_FILENAME), "a") as f:
+        f.write(json.dumps({"until_outer_step": self.chief.step, "experiment": change}) + "\n")
+    path = os.path.join(self.train_dir, EXPERIMENT_FILENAME)
+    with open(path + ".tmp", "w") as f:
+      json.dump(record, f, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
+
   def save(self) -> None:
-    """Checkpoint, theta export, operative config and plot (SIGTERM/Ctrl-C wait for it)."""
+    """Checkpoint, theta export, operative config and plot (SIGTERM/Ctrl-C wait for it).
+
+    Raises:
+      CheckpointError: something could not be written (disk full, permissions).
+    """
     step = self.chief.step
     with interrupts_deferred():
-      self.manager.save(checkpoint_number=step)
-      checkpoints.save_theta(
-        os.path.join(self.train_dir, checkpoints.THETA_DIRNAME),
-        self.chief.theta(),
-        info={"outer_step": step},
-      )
-      checkpoints.write_operative_config(self.train_dir)
-      self.recorder.plot(self.title)
-      self.recorder.writer.flush()
+      try:
+        self.manager.save(checkpoint_number=step)
+        checkpoints.save_theta(
+          os.path.join(self.train_dir, checkpoints.THETA_DIRNAME),
+          self.chief.theta(),
+          info={"outer_step": step},
+        )
+        checkpoints.write_operative_config(self.train_dir)
+        self.recorder.plot(self.title)
+        self.recorder.writer.flush()
+      except (OSError, tf.errors.OpError) as e:
+        raise CheckpointError(
+          f"Could not save outer step {step} in {self.train_dir}: "
+          f"{' '.join(str(e).split())[:300]}. The last complete checkpoint is "
+          f"{self.manager.latest_checkpoint}; free space or fix the permissions and run the same "
+          "command to resume from it."
+        ) from e
     self.last_save = time.time()
     logging.info("Saved checkpoint and theta at outer step %d in %s.", step, self.train_dir)
 

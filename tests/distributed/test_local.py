@@ -187,13 +187,15 @@ def test_sigkill_then_restart_resumes_from_the_checkpoint(tmp_path):
 
 
 @pytest.mark.integration
-def test_sigterm_saves_a_checkpoint_before_exit(tmp_path):
+def test_sigterm_saves_a_checkpoint_and_exits_0(tmp_path):
   process = _launch(tmp_path, 1000)
   _wait_for_steps(tmp_path, 2, process)
   process.send_signal(signal.SIGTERM)
-  assert process.wait(timeout=120) != 0  # Interrupted, not finished...
+  assert process.wait(timeout=120) == 0  # A clean stop, for a supervisor...
   output = process.stdout.read().decode()
-  assert "interrupted (state saved)" in output
+  assert output.strip().splitlines()[-1] == "stopped by SIGTERM"
+  assert "Traceback" not in output
   last_step = _records(tmp_path)[-1]["outer_step"]
+  assert last_step < 1000  # ...before the end...
   latest = tf.train.latest_checkpoint(str(tmp_path / checkpoints.CHECKPOINT_DIRNAME))
-  assert latest.endswith(f"-{last_step}")  # ...and the last finished step is saved.
+  assert latest.endswith(f"-{last_step}")  # ...with the last finished step saved.

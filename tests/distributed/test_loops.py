@@ -1,10 +1,23 @@
 """The loops every mode shares: the chief's sample filter, the chief loop and the worker loop."""
 
+import json
+import os
+import signal
+
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from task_specific_learned_opt.distributed import base, in_process, loops, worker
+from task_specific_learned_opt import checkpoints, stopping
+from task_specific_learned_opt.distributed import (
+  base,
+  in_process,
+  loops,
+  outer_training,
+  train_dir,
+  worker,
+)
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.outer import schedules
 from task_specific_learned_opt.tasks import quadratic
@@ -28,15 +41,28 @@ def _batch(versions, incarnations, workers, runs, indices):
 
 
 def test_the_chief_drops_samples_of_a_lost_theta_and_duplicates():
-  accept = loops.SampleFilter(incarnation=7, restored_step=10)
-  # A previous chief's theta up to the checkpoint (10) is the one restored; 11 was lost.
+  # Chief 5 ran to 11 and died; its checkpoint at 10 is what chief 7 resumed.
+  accept = loops.SampleFilter([(5, 0, 10), (7, 10, None)])
   keep, lost, duplicate = accept(
     _batch([10, 11, 11, 3], [5, 5, 7, 7], [0, 0, 1, 1], [1] * 4, [0, 1, 0, 1])
   )
-  assert keep.tolist() == [True, False, True, True] and (lost, duplicate) == (1, 0)
-  # Worker 1 run 1 index 1 again: a duplicate; a new run of worker 1 starts at 0 again.
-  keep, lost, duplicate = accept(_batch([12, 12, 12], [7, 7, 7], [1, 1, 1], [1, 2, 1], [1, 0, 2]))
+  # 11 from chief 5 was lost; 3 from chief 7 cannot exist and is dropped as well.
+  assert keep.tolist() == [True, False, True, False] and (lost, duplicate) == (2, 0)
+  # Worker 1 run 1 index 0 again: a duplicate; a new run of worker 1 starts at 0 again.
+  keep, lost, duplicate = accept(_batch([12, 12, 12], [7, 7, 7], [1, 1, 1], [1, 2, 1], [0, 0, 2]))
   assert keep.tolist() == [False, True, True] and (lost, duplicate) == (0, 1)
+
+
+def test_a_lost_branch_stays_lost_after_two_restarts():
+  # Chief a: steps 0..10, checkpoint at 5, died. Chief b resumed 5, reached 7, checkpointed 6,
+  # died. Chief c resumed 6. a's theta at version 6 is not b's: it must not pass, although 6 is
+  # within c's restored step; a's versions up to 5 and b's from 5 to 6 are theta's history.
+  a, b, c = 11, 22, 33
+  accept = loops.SampleFilter([(a, 0, 5), (b, 5, 6), (c, 6, None)])
+  versions = [5, 6, 8, 5, 6, 7, 6, 9]
+  owners = [a, a, a, b, b, b, c, c]
+  keep, lost, _ = accept(_batch(versions, owners, [0] * 8, list(range(8)), list(range(8))))
+  assert keep.tolist() == [True, False, False, True, True, False, True, True] and lost == 3
 
 
 # One family and learned optimizer for every worker: they share one compiled sampler.
@@ -101,3 +127,49 @@ def test_flatten_and_unflatten_are_inverse():
   np.testing.assert_array_equal(tf.nest.flatten(batch)[0][1], 2 * tf.nest.flatten(theta)[0])
   with pytest.raises(ValueError, match="611 numbers for a template of 610"):
     base.unflatten(np.zeros(611, np.float32), theta)
+
+
+def _chief_run(tmp_path, steps):
+  setup = outer_training.outer_training(family=FAMILY, lopt=LOPT, num_outer_steps=steps)
+  gin.bind_parameter("Chief.batch_size", 2)
+  files = train_dir.ChiefFiles(str(tmp_path), setup, "test")
+  transport = in_process.InProcessTransport()
+  worker_loop = loops.WorkerLoop(_worker(), transport)
+  return files, transport, worker_loop
+
+
+def test_sigterm_stops_the_chief_loop_between_steps_and_it_saves(tmp_path):
+  files, transport, worker_loop = _chief_run(tmp_path, steps=100)
+  previous = signal.getsignal(signal.SIGTERM)
+  stopping.request_stop_on_sigterm()
+  samples = []
+
+  def idle():
+    worker_loop.step()
+    samples.append(1)
+    if len(samples) == 5:  # The 3rd step's first sample: SIGTERM arrives while it is made.
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  try:
+    with pytest.raises(stopping.Terminated):
+      loops.chief_loop(files, transport, transport.incarnation, idle)
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+  # The loop stopped once that sample was made, without waiting for the rest of the batch...
+  assert files.chief.step == 2 and len(samples) == 5
+  latest = tf.train.latest_checkpoint(os.path.join(str(tmp_path), checkpoints.CHECKPOINT_DIRNAME))
+  assert latest.endswith("-2")  # ...and saved the last step.
+  with open(os.path.join(str(tmp_path), train_dir.PROGRESS_FILENAME)) as f:
+    assert [json.loads(line)["outer_step"] for line in f] == [1, 2]
+
+
+def test_a_failed_save_is_one_clear_error(tmp_path, monkeypatch):
+  files, _, _ = _chief_run(tmp_path, steps=1)
+  files.save()
+
+  def full_disk(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr(checkpoints, "save_theta", full_disk)
+  with pytest.raises(train_dir.CheckpointError, match="Could not save outer step 0 .*No space"):
+    files.save()

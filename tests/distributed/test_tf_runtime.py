@@ -1,11 +1,11 @@
 """The TensorFlow-runtime transport, in one process on a local server; fingerprints; backoff."""
 
-import json
-
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from task_specific_learned_opt import configurables  # noqa: F401 - registers the gin names.
 from task_specific_learned_opt.distributed import base, tf_runtime
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 
@@ -74,9 +74,37 @@ def test_mismatch_messages_name_what_differs():
   small = tf_runtime.fingerprint(mlp_lopt.MLPLOpt(hidden_size=8).init(0))
   paper = tf_runtime.fingerprint(mlp_lopt.MLPLOpt().init(0))
   assert "theta's shapes differ" in tf_runtime.mismatch_message(paper, small)
-  other_gin = json.loads(paper) | {"gin_config_sha256": "0123"}
-  message = tf_runtime.mismatch_message(json.dumps(other_gin), paper)
-  assert "gin configs differ" in message and "--gin_bindings" in message
+  assert tf_runtime.mismatch_message(paper, paper) is None
+  gin.parse_config("Chief.learning_rate = 0.1\nrun_worker.chief_timeout_secs = 5.0")
+  other = tf_runtime.fingerprint(mlp_lopt.MLPLOpt().init(0))
+  message = tf_runtime.mismatch_message(other, paper)
+  assert "Chief.learning_rate 0.1 there, (unset) here" in message and "--gin_bindings" in message
+  assert "chief_timeout_secs" not in message  # A timeout is not part of the experiment.
+
+
+def test_start_sets_the_whole_state_at_once(server):
+  # After every call start makes to the chief's task, a worker's read either fails (the state is
+  # not set yet: it retries) or sees the theta, version and incarnation being started.
+  chief, reader = _transport(server), _transport(server)
+  seen = []
+  original = chief._run
+
+  def run_then_read(fetches, feed_dict=None):
+    result = original(fetches, feed_dict)
+    try:
+      seen.append(reader._run(reader._read))
+    except tf.errors.OpError:
+      seen.append(None)
+    return result
+
+  chief._run = run_then_read
+  theta = np.full(N, 3.0, np.float32)
+  chief.start(theta, 8, incarnation=99)
+  assert seen and seen[-1] is not None
+  for shared in seen:
+    if shared is not None and shared["experiment"]:
+      np.testing.assert_array_equal(shared["theta"], theta)
+      assert (shared["version"], shared["incarnation"]) == (8, 99)
 
 
 class _FakeTime:
