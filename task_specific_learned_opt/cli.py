@@ -17,6 +17,7 @@ from task_specific_learned_opt.tasks import tfds_source
 USER_ERRORS = (
   gin_config.GinConfigError,
   tfds_source.DatasetNotPreparedError,
+  tfds_source.DatasetDamagedError,
   train_dir.CheckpointError,
   checkpoints.ThetaMismatchError,
   benchmark.DeviceNotFoundError,

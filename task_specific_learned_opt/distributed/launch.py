@@ -56,6 +56,31 @@ def _binary(name: str) -> str:
   return os.path.join(os.path.dirname(sys.executable), name)
 
 
+def role_command(
+  role: str,
+  cluster: dict[str, list[str]],
+  gin_files: Sequence[str],
+  gin_bindings: Sequence[str],
+  *flags: str,
+) -> list[str]:
+  """The command line of one process of a cluster: bin/chief or bin/worker with its flags.
+
+  Args:
+    role: "chief" or "worker".
+    cluster: the spec every process gets (--cluster).
+    gin_files: --gin_file of every process.
+    gin_bindings: --gin_bindings of every process.
+    *flags: this process's own flags (--train_dir, --task_index).
+
+  Returns:
+    The argv to run, with this Python interpreter.
+  """
+  common = [f"--cluster={json.dumps(cluster)}"]
+  common += [f"--gin_file={f}" for f in gin_files]
+  common += [f"--gin_bindings={b}" for b in gin_bindings]
+  return [sys.executable, _binary(role), *common, *flags]
+
+
 def launch(
   num_workers: int,
   train_dir: str,
@@ -78,15 +103,12 @@ def launch(
   spec = loopback_cluster(num_workers)
   log_dir = os.path.join(train_dir, "logs")
   os.makedirs(log_dir, exist_ok=True)
-  common = [f"--cluster={json.dumps(spec)}"]
-  common += [f"--gin_file={f}" for f in gin_files]
-  common += [f"--gin_bindings={b}" for b in gin_bindings]
   processes = {}
 
   def start(name: str, binary: str, *flags: str) -> None:
     log = open(os.path.join(log_dir, f"{name}.log"), "w")
     processes[name] = subprocess.Popen(
-      [sys.executable, _binary(binary), *common, *flags],
+      role_command(binary, spec, gin_files, gin_bindings, *flags),
       stdout=log,
       stderr=subprocess.STDOUT,
       start_new_session=True,  # Ctrl-C reaches the launcher only; it stops the others in order.

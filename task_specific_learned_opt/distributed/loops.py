@@ -126,6 +126,9 @@ def chief_loop(
           num_duplicate=num_duplicate,
           num_workers_in_batch=len(set(kept.worker_id.tolist())),
         )
+        if setup.record_samples:
+          fields = ("worker_id", "worker_run", "sample_index", "incarnation", "theta_version")
+          stats["samples"] = np.stack([getattr(kept, f) for f in fields], 1).tolist()
         stats = files.record(stats, samples_taken)
       files.save_if_due()
   finally:

@@ -27,6 +27,7 @@ RESUMABLE_BINDINGS = (
   "outer_training.checkpoint_every_secs",
   "outer_training.keep_checkpoints",
   "outer_training.log_every",
+  "outer_training.record_samples",
   "configure_threads.*",  # Thread pools: speed only.
   "segment_lengths_for.*",  # Recomputation: memory and time; the same gradient.
   "Worker.recompute",
@@ -100,6 +101,7 @@ class OuterTraining(NamedTuple):
   checkpoint_every_secs: float
   keep_checkpoints: int
   log_every: int
+  record_samples: bool = False
 
 
 @gin.configurable
@@ -111,6 +113,7 @@ def outer_training(
   checkpoint_every_secs: float = 600.0,
   keep_checkpoints: int = 3,
   log_every: int = 1,
+  record_samples: bool = False,
 ) -> OuterTraining:
   """The experiment.
 
@@ -122,6 +125,9 @@ def outer_training(
     checkpoint_every_secs: seconds between checkpoints (one is also written at exit).
     keep_checkpoints: checkpoints kept.
     log_every: outer steps between progress lines.
+    record_samples: also record, per outer step, which samples it applied (worker, worker run,
+      sample index, chief incarnation, theta version) in progress.jsonl, for audits such as
+      benchmarks/fault_injection.py.
   """
   return OuterTraining(
     family,
@@ -131,4 +137,5 @@ def outer_training(
     float(checkpoint_every_secs),
     int(keep_checkpoints),
     int(log_every),
+    bool(record_samples),
   )

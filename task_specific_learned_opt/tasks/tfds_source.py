@@ -14,7 +14,8 @@ images[offsets[c]:offsets[c + 1]]). With a cache_dir the two arrays are .npy fil
 memory map and read back memory-mapped, so ImageNet's 3.9 GB train split is never held in memory.
 
 Nothing here downloads: an unprepared dataset raises DatasetNotPreparedError at construction, with
-the command that prepares it.
+the command that prepares it. A prepared dataset whose files are damaged (truncated, corrupted or
+missing) raises DatasetDamagedError when it is read, naming the file and how to prepare it again.
 """
 
 import dataclasses
@@ -81,6 +82,14 @@ class DatasetNotPreparedError(FileNotFoundError):
   """The TFDS dataset has not been downloaded and prepared in the data dir."""
 
 
+class DatasetDamagedError(OSError):
+  """A file of a prepared TFDS dataset is truncated, corrupted or missing."""
+
+
+# What TensorFlow raises when it reads a damaged or missing TFRecord file.
+_DAMAGE_ERRORS = (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.InvalidArgumentError)
+
+
 class _ClassIndex(NamedTuple):
   """uint8 images [n, H, W, C] sorted by class, and int64 offsets [num_classes + 1]."""
 
@@ -125,6 +134,23 @@ def _not_prepared_message(dataset: str, builder: tfds.core.DatasetBuilder) -> st
       "of downloading."
     )
   return "\n".join(lines)
+
+
+def _damage(path: str) -> str | None:
+  """What is wrong with one TFRecord file of a dataset (None: it reads to the end)."""
+  if not tf.io.gfile.exists(path):
+    return "missing"
+  try:
+    for _ in tf.data.TFRecordDataset(path):
+      pass
+  except tf.errors.DataLossError as e:
+    message = " ".join(str(e).split())
+    if "truncated" in message:
+      return "truncated (a record ends past the end of the file)"
+    if "corrupted" in message or "checksum" in message.lower():
+      return "corrupted (a record's checksum does not match its bytes)"
+    return f"unreadable ({message[:200]})"
+  return None
 
 
 def class_offsets(counts: np.ndarray) -> np.ndarray:
@@ -268,6 +294,25 @@ class TfdsClassSource(class_source.ClassSource):
       read_config=tfds.ReadConfig(try_autocache=False),
     )
 
+  def _damaged(self, split: str, error: Exception) -> DatasetDamagedError:
+    """The one-line error for a read of `split` that failed with `error`."""
+    builder = self._builder_or_make()
+    tfds_split = self._spec.splits[split]
+    try:
+      paths = [os.fspath(p) for p in builder.info.splits[tfds_split].filepaths]
+    except Exception:  # noqa: BLE001 - the dataset info itself may be what is damaged.
+      paths = []
+    found = [(path, what) for path in paths if (what := _damage(path)) is not None][:1]
+    if found:
+      what = f"{found[0][0]} is {found[0][1]}"
+    else:
+      what = f"reading it failed: {' '.join(str(error).split())[:200]}"
+    return DatasetDamagedError(
+      f"TFDS dataset {self.dataset!r} ({tfds_split} split) is damaged: {what}. Delete the "
+      f"prepared version ({builder.data_dir}) and prepare it again: "
+      f"{prepare_command(self.dataset, os.fspath(builder.data_dir_root))}"
+    )
+
   def _check_prepared(self, split: str) -> None:
     # is_prepared() is False under tfds.testing.mock_data although reads work there, so the
     # check is a read without download; TFDS raises AssertionError when the data is missing.
@@ -308,10 +353,13 @@ class TfdsClassSource(class_source.ClassSource):
     ds = ds.map(lambda ex: ex[label_key], num_parallel_calls=tf.data.AUTOTUNE)
     counts = np.zeros(self.num_classes, np.int64)
     progress = _Progress(f"Counting labels of {self.dataset} {split}")
-    for labels in tfds.as_numpy(ds.batch(_BATCH_SIZE).prefetch(tf.data.AUTOTUNE)):
-      self._check_labels(labels)
-      counts += np.bincount(labels, minlength=self.num_classes)
-      progress.update(len(labels))
+    try:
+      for labels in tfds.as_numpy(ds.batch(_BATCH_SIZE).prefetch(tf.data.AUTOTUNE)):
+        self._check_labels(labels)
+        counts += np.bincount(labels, minlength=self.num_classes)
+        progress.update(len(labels))
+    except _DAMAGE_ERRORS as e:
+      raise self._damaged(split, e) from e
     progress.update(0, final=True)
     return counts
 
@@ -327,14 +375,17 @@ class TfdsClassSource(class_source.ClassSource):
       ds = ds.map(lambda x, y: (_resize(x, image_size), y), num_parallel_calls=tf.data.AUTOTUNE)
     filled = np.zeros(self.num_classes, np.int64)
     progress = _Progress(f"Indexing {self.dataset} {split} by class", total=int(offsets[-1]))
-    for images, labels in tfds.as_numpy(ds.prefetch(tf.data.AUTOTUNE)):
-      self._check_labels(labels)
-      batch_counts = np.bincount(labels, minlength=self.num_classes)
-      if np.any(filled + batch_counts > np.diff(offsets)):
-        raise ValueError(f"{self.dataset} {split} changed between the two indexing passes.")
-      out[class_slots(labels, offsets, filled)] = images
-      filled += batch_counts
-      progress.update(len(labels))
+    try:
+      for images, labels in tfds.as_numpy(ds.prefetch(tf.data.AUTOTUNE)):
+        self._check_labels(labels)
+        batch_counts = np.bincount(labels, minlength=self.num_classes)
+        if np.any(filled + batch_counts > np.diff(offsets)):
+          raise ValueError(f"{self.dataset} {split} changed between the two indexing passes.")
+        out[class_slots(labels, offsets, filled)] = images
+        filled += batch_counts
+        progress.update(len(labels))
+    except _DAMAGE_ERRORS as e:
+      raise self._damaged(split, e) from e
     progress.update(0, final=True)
     if not np.array_equal(filled, np.diff(offsets)):
       raise ValueError(f"{self.dataset} {split} changed between the two indexing passes.")

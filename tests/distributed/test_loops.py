@@ -129,8 +129,8 @@ def test_flatten_and_unflatten_are_inverse():
     base.unflatten(np.zeros(611, np.float32), theta)
 
 
-def _chief_run(tmp_path, steps):
-  setup = outer_training.outer_training(family=FAMILY, lopt=LOPT, num_outer_steps=steps)
+def _chief_run(tmp_path, steps, **kwargs):
+  setup = outer_training.outer_training(family=FAMILY, lopt=LOPT, num_outer_steps=steps, **kwargs)
   gin.bind_parameter("Chief.batch_size", 2)
   files = train_dir.ChiefFiles(str(tmp_path), setup, "test")
   transport = in_process.InProcessTransport()
@@ -173,3 +173,16 @@ def test_a_failed_save_is_one_clear_error(tmp_path, monkeypatch):
   monkeypatch.setattr(checkpoints, "save_theta", full_disk)
   with pytest.raises(train_dir.CheckpointError, match="Could not save outer step 0 .*No space"):
     files.save()
+
+
+def test_the_applied_samples_can_be_recorded_for_audits(tmp_path):
+  files, transport, worker_loop = _chief_run(tmp_path, steps=2, record_samples=True)
+  worker_loop.worker_run = 77
+  loops.chief_loop(files, transport, transport.incarnation, worker_loop.step)
+  with open(os.path.join(str(tmp_path), train_dir.PROGRESS_FILENAME)) as f:
+    records = [json.loads(line) for line in f]
+  # [worker, worker run, sample index, chief incarnation, theta version] of each applied sample.
+  assert [r["samples"] for r in records] == [
+    [[0, 77, 0, 1, 0], [0, 77, 1, 1, 0]],
+    [[0, 77, 2, 1, 1], [0, 77, 3, 1, 1]],
+  ]

@@ -165,3 +165,70 @@ def test_the_guard_fails_a_download_a_connection_and_a_read(tmp_path, no_tfds_do
     "socket.create_connection",
     "tensorflow_datasets.as_numpy",
   ]
+
+
+class DamageTestClasses(tfds.core.GeneratorBasedBuilder):
+  """A tiny prepared dataset for the damage tests: 3 classes of 4x4 grey images."""
+
+  VERSION = tfds.core.Version("1.0.0")
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(
+      builder=self,
+      features=tfds.features.FeaturesDict(
+        {
+          "image": tfds.features.Image(shape=(4, 4, 1)),
+          "label": tfds.features.ClassLabel(num_classes=3),
+        }
+      ),
+    )
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    return {"train": self._generate_examples(60), "test": self._generate_examples(12)}
+
+  def _generate_examples(self, num):
+    rng = np.random.default_rng(num)
+    for i in range(num):
+      image = rng.integers(0, 255, (4, 4, 1), dtype=np.uint8)
+      yield i, {"image": image, "label": i % 3}
+
+
+DAMAGE_TEST = "damage_test_classes"
+
+
+def _damage(path, how):
+  if how == "truncated":
+    with open(path, "r+b") as f:
+      f.truncate(os.path.getsize(path) * 2 // 3)
+  elif how == "corrupted":
+    with open(path, "r+b") as f:
+      f.seek(os.path.getsize(path) // 2)
+      byte = f.read(1)
+      f.seek(-1, os.SEEK_CUR)
+      f.write(bytes([byte[0] ^ 0xFF]))
+  else:
+    os.remove(path)
+
+
+@pytest.mark.parametrize("how", ["truncated", "corrupted", "missing"])
+def test_damaged_data_is_named_in_one_line_with_the_fix(tmp_path, monkeypatch, how):
+  monkeypatch.setitem(
+    tfds_source.DATASETS,
+    DAMAGE_TEST,
+    tfds_source.DatasetSpec(
+      num_classes=3, splits={"train": "train", "test": "test"}, image_shape=(4, 4, 1)
+    ),
+  )
+  builder = DamageTestClasses(data_dir=str(tmp_path))
+  builder.download_and_prepare()
+  assert tfds_source.TfdsClassSource(DAMAGE_TEST, data_dir=str(tmp_path)).images("train", 1).shape
+  shard = [os.fspath(p) for p in builder.info.splits["train"].filepaths][0]
+  _damage(shard, how)
+  with pytest.raises(tfds_source.DatasetDamagedError) as error:
+    source = tfds_source.TfdsClassSource(DAMAGE_TEST, data_dir=str(tmp_path))
+    source.images("train", 1)
+  message = str(error.value)
+  assert f"'{DAMAGE_TEST}' (train split) is damaged: {shard} is {how}" in message
+  assert f"Delete the prepared version ({builder.data_dir})" in message
+  assert "download_and_prepare()" in message and "\n" not in message

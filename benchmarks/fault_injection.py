@@ -1,0 +1,250 @@
+"""Fault injection: a chief and workers on loopback, SIGKILLed and restarted at random.
+
+  python benchmarks/fault_injection.py --duration_secs 300 --output benchmarks/results/FILE.json
+
+Starts bin/chief and --num_workers bin/worker processes on loopback ports (the commands
+bin/launch_local runs) with gin/quickstart.gin, a checkpoint every 10 s and the applied samples
+recorded. Every 10-30 s (uniformly at random, seeded) it SIGKILLs one of those processes, chief
+included, and at once starts it again with the same command; it kills only processes it started,
+and stops after --duration_secs (then SIGTERM to all). It watches progress.jsonl and the logs and
+reports, per fault, the chief's downtime (kill to its next recorded outer step) or the worker's
+time to resume (restart to its first sample put). At the end it checks from the train dir:
+  - the outer step never went back past a checkpoint: each restarted chief resumed from the
+    last checkpoint the chief before it saved;
+  - progress.jsonl has every outer step once, 1, 2, ..., in order;
+  - no (worker, worker run, sample index) was applied twice;
+  - theta is finite and the exported theta equals the last checkpoint's.
+"""
+
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+import tensorflow as tf
+from absl import app, flags, logging
+
+from task_specific_learned_opt import checkpoints
+from task_specific_learned_opt.distributed import chief as chief_lib
+from task_specific_learned_opt.distributed import launch
+from task_specific_learned_opt.distributed import train_dir as train_dir_lib
+from task_specific_learned_opt.learned_optimizers import mlp_lopt
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("duration_secs", 300, "How long faults are injected.")
+flags.DEFINE_integer("num_workers", 3, "Worker processes.")
+flags.DEFINE_float("min_interval_secs", 10.0, "Shortest time between two faults.")
+flags.DEFINE_float("max_interval_secs", 30.0, "Longest time between two faults.")
+flags.DEFINE_integer("seed", 0, "Seeds which process is killed and when.")
+flags.DEFINE_string("train_dir", None, "The chief's train dir (default: a new temporary one).")
+flags.DEFINE_string("output", None, "Where the JSON report goes (else printed only).")
+
+GIN_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gin")
+BINDINGS = [
+  "outer_training.num_outer_steps = 1000000",
+  "outer_training.checkpoint_every_secs = 10",
+  "outer_training.record_samples = True",
+  "run_chief.linger_secs = 5",
+]
+RESUMED = re.compile(r"Resumed from .*ckpt-(\d+)")
+SAVED = re.compile(r"Saved checkpoint and theta at outer step (\d+)")
+
+
+class Cluster:
+  """The processes this script started, each with its log files (one per start)."""
+
+  def __init__(self, train_dir: str, num_workers: int):
+    self.train_dir = train_dir
+    self.spec = launch.loopback_cluster(num_workers)
+    self.log_dir = os.path.join(train_dir, "logs")
+    os.makedirs(self.log_dir, exist_ok=True)
+    self.processes, self.starts, self.logs = {}, {}, {}
+
+  def start(self, name: str) -> None:
+    if name == "chief":
+      extra = [f"--train_dir={self.train_dir}"]
+    else:
+      extra = [f"--task_index={int(name[len('worker') :])}"]
+    role = "chief" if name == "chief" else "worker"
+    command = launch.role_command(
+      role, self.spec, [os.path.join(GIN_FILE, "quickstart.gin")], BINDINGS, *extra
+    )
+    count = len(self.logs.setdefault(name, []))
+    path = os.path.join(self.log_dir, f"{name}.{count}.log")
+    self.logs[name].append(path)
+    with open(path, "w") as log:
+      self.processes[name] = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+      )
+    self.starts[name] = time.time()
+
+  def log(self, name: str, index: int = -1) -> str:
+    with open(self.logs[name][index]) as f:
+      return f.read()
+
+  def kill(self, name: str) -> None:
+    process = self.processes[name]
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)
+
+  def stop_all(self) -> dict[str, int | None]:
+    for name in sorted(self.processes, key=lambda n: n != "chief"):  # The chief first.
+      if self.processes[name].poll() is None:
+        self.processes[name].send_signal(signal.SIGTERM)
+    statuses = {}
+    for name, process in self.processes.items():
+      try:
+        statuses[name] = process.wait(timeout=120)
+      except subprocess.TimeoutExpired:
+        process.kill()
+        statuses[name] = None
+    return statuses
+
+
+def _records(train_dir: str) -> list[dict]:
+  path = os.path.join(train_dir, train_dir_lib.PROGRESS_FILENAME)
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def _watch(cluster: Cluster, until: float, timeline: dict, pending: list) -> None:
+  """Notes when new outer steps appear and when restarted processes are back, until `until`."""
+  while time.time() < until:
+    records = _records(cluster.train_dir)
+    if records and records[-1]["outer_step"] not in timeline:
+      timeline[records[-1]["outer_step"]] = time.time()
+    for fault in pending:
+      if "recovered_at" in fault:
+        continue
+      if fault["name"] == "chief":
+        after = [t for t in timeline.values() if t > fault["restarted_at"]]
+        if after:
+          fault["recovered_at"] = min(after)
+      elif re.search(r"worker \d+: sample 1 at", cluster.log(fault["name"])):
+        fault["recovered_at"] = time.time()
+    time.sleep(0.2)
+
+
+def _theta_checks(train_dir: str) -> dict:
+  lopt = mlp_lopt.MLPLOpt()
+  exported = checkpoints.load_theta(os.path.join(train_dir, checkpoints.THETA_DIRNAME), lopt)
+  latest = tf.train.latest_checkpoint(os.path.join(train_dir, checkpoints.CHECKPOINT_DIRNAME))
+  chief = chief_lib.Chief(lopt)
+  tf.train.Checkpoint(**chief.checkpoint_items()).read(latest).expect_partial()
+  pairs = zip(tf.nest.flatten(exported), tf.nest.flatten(chief.theta_numpy()), strict=True)
+  return {
+    "theta_finite": bool(
+      all(np.all(np.isfinite(np.asarray(a))) for a in tf.nest.flatten(exported))
+    ),
+    "theta_export_equals_last_checkpoint": bool(all(np.array_equal(a, b) for a, b in pairs)),
+    "last_checkpoint": os.path.basename(latest),
+  }
+
+
+def _checks(cluster: Cluster) -> dict:
+  records = _records(cluster.train_dir)
+  steps = [r["outer_step"] for r in records]
+  applied = [tuple(s[:3]) for r in records for s in r.get("samples", [])]
+  resumes = []
+  for i in range(1, len(cluster.logs["chief"])):
+    saved = [int(m) for log in range(i) for m in SAVED.findall(cluster.log("chief", log))]
+    resumed = RESUMED.findall(cluster.log("chief", i))
+    resumes.append(
+      {
+        "last_saved_before": max(saved) if saved else None,
+        "resumed_from": int(resumed[0]) if resumed else None,
+      }
+    )
+  return {
+    "final_outer_step": steps[-1] if steps else 0,
+    "steps_each_once_in_order": steps == list(range(1, len(steps) + 1)),
+    "samples_applied": len(applied),
+    "no_sample_applied_twice": len(applied) == len(set(applied)),
+    "chief_resumes": resumes,
+    "never_back_past_a_checkpoint": all(
+      r["resumed_from"] == (r["last_saved_before"] or None) for r in resumes
+    ),
+    **_theta_checks(cluster.train_dir),
+  }
+
+
+def main(argv: list[str]) -> None:
+  del argv
+  rng = np.random.default_rng(FLAGS.seed)
+  train_dir = FLAGS.train_dir or tempfile.mkdtemp(prefix="fault_injection_")
+  cluster = Cluster(train_dir, FLAGS.num_workers)
+  names = ["chief"] + [f"worker{i}" for i in range(FLAGS.num_workers)]
+  for name in names:
+    cluster.start(name)
+  logging.info("Started %s on %s; train dir %s.", names, cluster.spec, train_dir)
+  timeline, faults = {}, []
+  while not timeline:  # Until the first outer step.
+    _watch(cluster, time.time() + 1, timeline, faults)
+  start = time.time()
+  end = start + FLAGS.duration_secs
+  while time.time() < end:
+    wait = rng.uniform(FLAGS.min_interval_secs, FLAGS.max_interval_secs)
+    _watch(cluster, min(time.time() + wait, end), timeline, faults)
+    if time.time() >= end:
+      break
+    for name in names:  # A process that left on its own is a failure to report.
+      if cluster.processes[name].poll() is not None:
+        faults.append({"name": name, "exited_on_its_own": cluster.processes[name].returncode})
+        cluster.start(name)
+    name = names[int(rng.integers(len(names)))]
+    step = max(timeline) if timeline else 0
+    killed_at = time.time()
+    cluster.kill(name)
+    cluster.start(name)
+    faults.append(
+      {"name": name, "killed_at": killed_at, "restarted_at": time.time(), "outer_step": step}
+    )
+    logging.info("Fault %d: killed and restarted %s at outer step %d.", len(faults), name, step)
+  _watch(cluster, time.time() + 60, timeline, [f for f in faults if "killed_at" in f][-1:])
+  statuses = cluster.stop_all()
+  injected = [f for f in faults if "killed_at" in f]
+  chief_down = [
+    f["recovered_at"] - f["killed_at"]
+    for f in injected
+    if f["name"] == "chief" and "recovered_at" in f
+  ]
+  worker_resume = [
+    f["recovered_at"] - f["restarted_at"]
+    for f in injected
+    if f["name"] != "chief" and "recovered_at" in f
+  ]
+  report = {
+    "duration_secs": FLAGS.duration_secs,
+    "num_workers": FLAGS.num_workers,
+    "faults": len(injected),
+    "faults_by_process": {n: sum(f["name"] == n for f in injected) for n in names},
+    "faults_not_recovered": [f["name"] for f in injected if "recovered_at" not in f],
+    "processes_that_exited_on_their_own": [f for f in faults if "exited_on_its_own" in f],
+    "chief_downtime_secs": chief_down,
+    "worker_time_to_resume_secs": worker_resume,
+    "exit_statuses_after_sigterm": statuses,
+    **_checks(cluster),
+    "train_dir": train_dir,
+    "cpu_count": os.cpu_count(),
+    "load_average": os.getloadavg(),
+    "bindings": BINDINGS,
+  }
+  logging.info("%s", json.dumps(report, indent=1))
+  if FLAGS.output:
+    with open(FLAGS.output, "w") as f:
+      json.dump(report, f, indent=1)
+  logs = glob.glob(os.path.join(cluster.log_dir, "*.log"))
+  tracebacks = [path for path in logs if "Traceback" in open(path).read()]
+  if tracebacks:
+    logging.warning("Logs with a traceback: %s", tracebacks)
+
+
+if __name__ == "__main__":
+  app.run(main)
