@@ -7,10 +7,11 @@ bin/launch_local runs) with gin/quickstart.gin, a checkpoint every 10 s and the 
 recorded. Every 10-30 s (uniformly at random, seeded) it SIGKILLs one of those processes, chief
 included, and at once starts it again with the same command; it kills only processes it started,
 and stops after --duration_secs (then SIGTERM to all). It watches progress.jsonl and the logs and
-reports, per fault, the chief's downtime (kill to its next recorded outer step) or the worker's
-time to resume (restart to its first sample put). At the end it checks from the train dir:
+reports, per fault, the chief's downtime (kill to the first outer step the restarted chief logs)
+or the worker's time to resume (restart to its first sample put). At the end it checks from the
+train dir:
   - the outer step never went back past a checkpoint: each restarted chief resumed from the
-    last checkpoint the chief before it saved;
+    latest checkpoint there was when the chief before it was killed;
   - progress.jsonl has every outer step once, 1, 2, ..., in order;
   - no (worker, worker run, sample index) was applied twice;
   - theta is finite and the exported theta equals the last checkpoint's.
@@ -52,7 +53,6 @@ BINDINGS = [
   "run_chief.linger_secs = 5",
 ]
 RESUMED = re.compile(r"Resumed from .*ckpt-(\d+)")
-SAVED = re.compile(r"Saved checkpoint and theta at outer step (\d+)")
 
 
 class Cluster:
@@ -123,11 +123,11 @@ def _watch(cluster: Cluster, until: float, timeline: dict, pending: list) -> Non
     for fault in pending:
       if "recovered_at" in fault:
         continue
-      if fault["name"] == "chief":
-        after = [t for t in timeline.values() if t > fault["restarted_at"]]
-        if after:
-          fault["recovered_at"] = min(after)
-      elif re.search(r"worker \d+: sample 1 at", cluster.log(fault["name"])):
+      if "killed_again_before_it_was_back" in fault:
+        continue
+      # Back: the restarted chief logged its first outer step; a worker, its first sample put.
+      back = r"outer step \d+/" if fault["name"] == "chief" else r"worker \d+: sample 1 at"
+      if re.search(back, cluster.log(fault["name"])):
         fault["recovered_at"] = time.time()
     time.sleep(0.2)
 
@@ -148,17 +148,23 @@ def _theta_checks(train_dir: str) -> dict:
   }
 
 
-def _checks(cluster: Cluster) -> dict:
+def _latest_checkpoint_step(train_dir: str) -> int | None:
+  path = tf.train.latest_checkpoint(os.path.join(train_dir, checkpoints.CHECKPOINT_DIRNAME))
+  return None if path is None else int(path.rsplit("-", 1)[1])
+
+
+def _checks(cluster: Cluster, faults: list[dict]) -> dict:
   records = _records(cluster.train_dir)
   steps = [r["outer_step"] for r in records]
   applied = [tuple(s[:3]) for r in records for s in r.get("samples", [])]
+  chief_kills = [f for f in faults if f.get("name") == "chief" and "killed_at" in f]
   resumes = []
-  for i in range(1, len(cluster.logs["chief"])):
-    saved = [int(m) for log in range(i) for m in SAVED.findall(cluster.log("chief", log))]
+  for i, fault in enumerate(chief_kills, start=1):
     resumed = RESUMED.findall(cluster.log("chief", i))
     resumes.append(
       {
-        "last_saved_before": max(saved) if saved else None,
+        "outer_step_at_kill": fault["outer_step"],
+        "latest_checkpoint_at_kill": fault["latest_checkpoint"],
         "resumed_from": int(resumed[0]) if resumed else None,
       }
     )
@@ -169,7 +175,7 @@ def _checks(cluster: Cluster) -> dict:
     "no_sample_applied_twice": len(applied) == len(set(applied)),
     "chief_resumes": resumes,
     "never_back_past_a_checkpoint": all(
-      r["resumed_from"] == (r["last_saved_before"] or None) for r in resumes
+      r["resumed_from"] == r["latest_checkpoint_at_kill"] for r in resumes
     ),
     **_theta_checks(cluster.train_dir),
   }
@@ -200,14 +206,21 @@ def main(argv: list[str]) -> None:
         cluster.start(name)
     name = names[int(rng.integers(len(names)))]
     step = max(timeline) if timeline else 0
+    for earlier in faults:  # A restart killed again before it was back is not counted as one.
+      if earlier.get("name") == name and "recovered_at" not in earlier:
+        earlier["killed_again_before_it_was_back"] = True
     killed_at = time.time()
     cluster.kill(name)
+    fault = {"name": name, "killed_at": killed_at, "outer_step": step}
+    fault["latest_checkpoint"] = _latest_checkpoint_step(train_dir)
     cluster.start(name)
-    faults.append(
-      {"name": name, "killed_at": killed_at, "restarted_at": time.time(), "outer_step": step}
-    )
+    faults.append({**fault, "restarted_at": time.time()})
     logging.info("Fault %d: killed and restarted %s at outer step %d.", len(faults), name, step)
-  _watch(cluster, time.time() + 60, timeline, [f for f in faults if "killed_at" in f][-1:])
+  # The last faults may still be recovering: watch them a while longer.
+  pending = [f for f in faults if "killed_at" in f and "killed_again_before_it_was_back" not in f]
+  deadline = time.time() + 120
+  while time.time() < deadline and any("recovered_at" not in f for f in pending):
+    _watch(cluster, time.time() + 1, timeline, pending)
   statuses = cluster.stop_all()
   injected = [f for f in faults if "killed_at" in f]
   chief_down = [
@@ -225,12 +238,19 @@ def main(argv: list[str]) -> None:
     "num_workers": FLAGS.num_workers,
     "faults": len(injected),
     "faults_by_process": {n: sum(f["name"] == n for f in injected) for n in names},
-    "faults_not_recovered": [f["name"] for f in injected if "recovered_at" not in f],
+    "faults_killed_again_before_back": sum(
+      "killed_again_before_it_was_back" in f for f in injected
+    ),
+    "faults_not_recovered": [
+      f["name"]
+      for f in injected
+      if "recovered_at" not in f and "killed_again_before_it_was_back" not in f
+    ],
     "processes_that_exited_on_their_own": [f for f in faults if "exited_on_its_own" in f],
     "chief_downtime_secs": chief_down,
     "worker_time_to_resume_secs": worker_resume,
     "exit_statuses_after_sigterm": statuses,
-    **_checks(cluster),
+    **_checks(cluster, faults),
     "train_dir": train_dir,
     "cpu_count": os.cpu_count(),
     "load_average": os.getloadavg(),
