@@ -69,19 +69,18 @@ def main(argv):
     finally:
       setattr(fast_update, name, saved)
 
-  def relu_op(a, x, zero, n):
-    del zero, n
-    return tf.nn.relu(tf.matmul(a, x))
-
-  def relu_fused(a, x, zero, n):
-    return tf.nn.relu(tf.nn.bias_add(tf.matmul(a, x), tf.fill([n], zero)))
-
   variants = {
     "adam": (adam.Adam(), contextlib.nullcontext),
     "learned": (lopt.opt_fn(theta), contextlib.nullcontext),
     "learned_ungrouped": (lopt.opt_fn(theta), lambda: patched("GROUP_MAX_ELEMENTS", 0)),
-    "learned_relu_op": (lopt.opt_fn(theta), lambda: patched("_relu_matmul", relu_op)),
-    "learned_relu_fused": (lopt.opt_fn(theta), lambda: patched("_relu_matmul", relu_fused)),
+    "learned_relu_op": (
+      lopt.opt_fn(theta),
+      lambda: patched("_relu_matmul", fast_update._relu_matmul_unfused),
+    ),
+    "learned_relu_fused": (
+      lopt.opt_fn(theta),
+      lambda: patched("_relu_matmul", fast_update._relu_matmul_fused),
+    ),
     "reference": (lopt.reference_opt_fn(theta), contextlib.nullcontext),
   }
   calls = {}

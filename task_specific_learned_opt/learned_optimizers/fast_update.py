@@ -337,10 +337,24 @@ def _relu_matmul(a: tf.Tensor, x: tf.Tensor, zero: tf.Tensor, n: int | tf.Tensor
   on the [hidden + 1, n] activations is split across both and costs more than the matmul; on one
   thread the unfused pair is faster (benchmarks/learned_update.py measures both).
   """
-  hidden = tf.matmul(a, x, name="hidden")
   if tf.config.threading.get_intra_op_parallelism_threads() == 1:
-    return tf.nn.relu(hidden)
-  return tf.nn.relu(tf.nn.bias_add(hidden, tf.fill([n], zero)))
+    return _relu_matmul_unfused(a, x, zero, n)
+  return _relu_matmul_fused(a, x, zero, n)
+
+
+def _relu_matmul_unfused(
+  a: tf.Tensor, x: tf.Tensor, zero: tf.Tensor, n: int | tf.Tensor
+) -> tf.Tensor:
+  """relu(a @ x) as a matmul and a Relu op (the one-thread case)."""
+  del zero, n
+  return tf.nn.relu(tf.matmul(a, x, name="hidden"))
+
+
+def _relu_matmul_fused(
+  a: tf.Tensor, x: tf.Tensor, zero: tf.Tensor, n: int | tf.Tensor
+) -> tf.Tensor:
+  """relu(a @ x + zero) that grappler fuses into one kernel (see _relu_matmul)."""
+  return tf.nn.relu(tf.nn.bias_add(tf.matmul(a, x, name="hidden"), tf.fill([n], zero)))
 
 
 def _groupable(param: tf.Tensor) -> bool:

@@ -237,17 +237,25 @@ def test_optimizer_built_in_another_graph_still_updates():
     np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
-def test_unfused_relu_on_one_thread_matches_the_reference(monkeypatch, cnn_task):
-  """With one intra-op thread the hidden layer's ReLU is an op of its own; same numbers."""
+def _cnn_update(cnn_task):
+  """The paper CNN's params and gradients, the fast and reference optimizers, and a function
+  giving the op types and names of the fast update's graph as it would be traced now."""
   lopt = mlp_lopt.MLPLOpt()
   theta = _theta(lopt)
   params = cnn_task.init_params(0)
   grads = tf.nest.map_structure(lambda p: 0.1 * tf.sin(7.0 * p), params)
   fast, reference = lopt.opt_fn(theta), lopt.reference_opt_fn(theta)
 
-  def op_types():
+  def ops():
     graph = tf.function(fast.update).get_concrete_function(fast.init(params), grads).graph
-    return {op.type for op in graph.get_operations()}
+    return {op.type for op in graph.get_operations()} | {op.name for op in graph.get_operations()}
+
+  return params, grads, fast, reference, ops
+
+
+def test_unfused_relu_on_one_thread_matches_the_reference(monkeypatch, cnn_task):
+  """With one intra-op thread the hidden layer's ReLU is an op of its own; same numbers."""
+  params, grads, fast, reference, op_types = _cnn_update(cnn_task)
 
   assert "BiasAdd" in op_types()  # The zero bias that lets grappler fuse the ReLU.
   monkeypatch.setattr(tf.config.threading, "get_intra_op_parallelism_threads", lambda: 1)
@@ -290,36 +298,19 @@ def test_kernel_on_flat_lists_is_what_opt_fn_runs():
     np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
-def _relu_op(a, x, zero, n):
-  del zero, n
-  return tf.nn.relu(tf.matmul(a, x))
-
-
-def _relu_fused(a, x, zero, n):
-  return tf.nn.relu(tf.nn.bias_add(tf.matmul(a, x), tf.fill([n], zero)))
-
-
 # What benchmarks/learned_update.py patches in the kernel module, the intra-op threads under which
 # the kernel would do otherwise (0: all cores), and the op whose presence shows the patch took.
 VARIANTS = {
   "ungrouped": ("GROUP_MAX_ELEMENTS", 0, 0, "group_momenta", False),
-  "relu_op": ("_relu_matmul", _relu_op, 0, "BiasAdd", False),
-  "relu_fused": ("_relu_matmul", _relu_fused, 1, "BiasAdd", True),
+  "relu_op": ("_relu_matmul", fast_update._relu_matmul_unfused, 0, "BiasAdd", False),
+  "relu_fused": ("_relu_matmul", fast_update._relu_matmul_fused, 1, "BiasAdd", True),
 }
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_benchmark_variants_of_the_kernel_match_the_reference(variant, monkeypatch, cnn_task):
   name, value, threads, op_name, present = VARIANTS[variant]
-  lopt = mlp_lopt.MLPLOpt()
-  theta = _theta(lopt)
-  params = cnn_task.init_params(0)
-  grads = tf.nest.map_structure(lambda p: 0.1 * tf.sin(7.0 * p), params)
-  fast, reference = lopt.opt_fn(theta), lopt.reference_opt_fn(theta)
-
-  def ops():
-    graph = tf.function(fast.update).get_concrete_function(fast.init(params), grads).graph
-    return {op.type for op in graph.get_operations()} | {op.name for op in graph.get_operations()}
+  params, grads, fast, reference, ops = _cnn_update(cnn_task)
 
   monkeypatch.setattr(tf.config.threading, "get_intra_op_parallelism_threads", lambda: threads)
   assert (op_name in ops()) != present
