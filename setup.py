@@ -15,6 +15,8 @@ setuptools.setup(
   python_requires=">=3.10",
   install_requires=[
     "tensorflow>=2.16",
+    # keras_optimizer.py imports Keras 3 directly (TensorFlow 2.16+ installs it).
+    "keras>=3",
     "tensorflow-datasets>=4.9",
     # tensorflow-datasets imports it but does not declare it.
     "importlib_resources>=5.0",
