@@ -4,22 +4,32 @@ import importlib.machinery
 import importlib.util
 import os
 
+from absl import flags
+
 from task_specific_learned_opt.tasks import families, generated, networks
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_BINARIES = {}
+_LOADED = {}  # The binary loaded last: {"name": ..., "module": ..., "flags": names it defined}.
 
 
 def load_binary(name: str):
-  """Imports bin/<name> (a script without .py) once per session, so its main() can be called."""
-  if name not in _BINARIES:
+  """Imports bin/<name> (a script without .py) so its main() can be called.
+
+  One binary is loaded at a time: binaries define flags of the same name (--output_dir), which
+  absl refuses to define twice, so loading another one first deletes the flags the previous one
+  defined. Loading the same binary again returns the loaded module.
+  """
+  if _LOADED.get("name") != name:
+    for flag in _LOADED.get("flags", ()):
+      delattr(flags.FLAGS, flag)
+    before = set(flags.FLAGS)
     path = os.path.join(REPO, "bin", name)
     loader = importlib.machinery.SourceFileLoader(f"bin_{name}", path)
     spec = importlib.util.spec_from_loader(loader.name, loader)
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
-    _BINARIES[name] = module
-  return _BINARIES[name]
+    _LOADED.update(name=name, module=module, flags=set(flags.FLAGS) - before)
+  return _LOADED["module"]
 
 
 def small_generated_family(**kwargs) -> families.ClassSubsetFamily:

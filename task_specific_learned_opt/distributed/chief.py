@@ -8,6 +8,11 @@ State lives in tf.Variables (theta, Adam's m and v, the outer step), so tf.train
 saves and restores it whole. The update itself is the project's hand-written Adam
 (optimizers/adam.py) applied to theta as a pure function, compiled once with a dynamic batch
 dimension, so batches of any size (after dropping) reuse one trace.
+
+The estimator (`Chief.estimator`) is the one gin binding that also decides what the workers
+compute: "pes" and "pes_merged" make them run persistent ES and send g_pes in the place of g_es
+(docs/pes.md). Workers learn it from `configured_estimator`, which reads the same binding
+through gin's public API, in local mode and in every worker process of a cluster alike.
 """
 
 import time
@@ -25,11 +30,32 @@ LEARNING_RATE_TRAIN = 3e-3  # App. D.3: outer lr for L_train.
 LEARNING_RATE_VALID = 3e-4  # App. D.3: outer lr for L_valid.
 BETA1 = 0.5  # App. D.3.
 BATCH_SIZE = 128  # App. D.3: samples per outer update.
+ESTIMATOR = "merged"  # Sec. 3, eq. 1.
 
 
 def _mean_over_coordinates(nest: estimators.Nest) -> tf.Tensor:
   leaves = [tf.reshape(x, [-1]) for x in tf.nest.flatten(nest)]
   return tf.reduce_mean(tf.concat(leaves, 0))
+
+
+def configured_estimator() -> str:
+  """The estimator a Chief made now would use: gin's `Chief.estimator`, or the default.
+
+  Workers call this to decide whether to run PES (estimators.is_persistent), so one binding
+  switches the chief's merge and the workers' sampling. It reads what gin would inject into
+  Chief (gin.get_bindings, macros resolved, in the current scope), not gin's private state. A
+  cluster's workers parse the chief's gin files, and a worker whose bindings differ from the
+  chief's is refused anyway (tf_runtime.fingerprint covers `Chief.estimator`).
+
+  Returns:
+    One of estimators.ESTIMATORS.
+
+  Raises:
+    ValueError: the bound estimator is not one of estimators.ESTIMATORS.
+  """
+  estimator = gin.get_bindings(Chief).get("estimator", ESTIMATOR)
+  estimators.is_persistent(estimator)  # Raises on an unknown estimator.
+  return estimator
 
 
 @gin.configurable
@@ -44,7 +70,7 @@ class Chief:
     beta1: float = BETA1,
     beta2: float = 0.999,
     epsilon: float = 1e-8,
-    estimator: str = "merged",
+    estimator: str = ESTIMATOR,
     clip_value: float | None = None,
     batch_size: int = BATCH_SIZE,
     max_staleness: int | None = None,
@@ -58,7 +84,9 @@ class Chief:
       beta1: Adam's beta1 (0.5 in the paper).
       beta2: Adam's beta2.
       epsilon: Adam's epsilon.
-      estimator: "merged" (eq. 1), "rp" or "es" (the Fig. 8 ablations).
+      estimator: "merged" (eq. 1), "rp" or "es" (the Fig. 8 ablations); "pes" (the mean of
+        the workers' g_pes, unbiased) or "pes_merged" (eq. 1 over g_rp and g_pes), for which
+        the workers run persistent ES (docs/pes.md).
       clip_value: clip the gradient to +-clip_value before Adam (the authors' code: 0.1).
       batch_size: samples per update (128).
       max_staleness: drop samples computed with a theta more than this many outer steps old
@@ -157,7 +185,8 @@ class Chief:
     Returns:
       Statistics of the update as Python numbers: applied, num_kept, num_dropped (non-finite),
       num_stale, outer_loss, loss_plus, loss_minus, rp_variance, es_variance (mean
-      per-coordinate variances), es_weight (mean ES weight of the merge), gradient_norm,
+      per-coordinate variances; of g_pes for the PES estimators), es_weight (mean ES weight of
+      the merge), gradient_norm,
       mean_num_steps, mean_inner_step, max_staleness, mean_staleness, seconds.
 
     Raises:

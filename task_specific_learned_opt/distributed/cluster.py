@@ -9,6 +9,9 @@ Each role starts its task's server (cluster_spec.py), opens the TensorFlow-runti
     restarted worker gets a new run id (it seeds its inner runs), so it does not repeat samples.
 A chief that restarts resumes from its checkpoint under a new incarnation; samples computed with
 a theta it never restored are dropped (loops.SampleFilter).
+
+Both roles parse the same gin files: the chief's estimator (`Chief.estimator`) also tells the
+workers whether to run persistent ES ("pes", "pes_merged"; chief.configured_estimator).
 """
 
 import random
@@ -21,9 +24,11 @@ from absl import logging
 
 from task_specific_learned_opt import stopping
 from task_specific_learned_opt.distributed import base, cluster_spec, loops, tf_runtime
+from task_specific_learned_opt.distributed import chief as chief_lib
 from task_specific_learned_opt.distributed import outer_training as outer_lib
 from task_specific_learned_opt.distributed import train_dir as train_dir_lib
 from task_specific_learned_opt.distributed import worker as worker_lib
+from task_specific_learned_opt.outer import estimators
 
 WAITING_LOG_SECS = 60.0  # How often an idle chief says it is waiting for samples.
 
@@ -123,6 +128,27 @@ def _let_workers_leave(
   )
 
 
+def make_worker(setup: outer_lib.OuterTraining, index: int, worker_run: int) -> worker_lib.Worker:
+  """The worker of a worker task: gin's Worker, running PES if the chief's estimator says so.
+
+  Args:
+    setup: the experiment.
+    index: the worker task's index (its worker id).
+    worker_run: this worker process's id; it seeds the inner runs, so a restarted worker does
+      not repeat its samples.
+
+  Returns:
+    A worker_lib.Worker with persistent = estimators.is_persistent(Chief.estimator).
+  """
+  return worker_lib.Worker(
+    family=setup.family,
+    lopt=setup.lopt,
+    worker_id=index,
+    seed=(setup.seed, worker_run % 2**31),
+    persistent=estimators.is_persistent(chief_lib.configured_estimator()),
+  )
+
+
 @gin.configurable(denylist=["spec", "setup"])
 def run_worker(
   spec: cluster_spec.TaskSpec,
@@ -157,12 +183,7 @@ def run_worker(
     chief_timeout_secs=chief_timeout_secs,
   )
   worker_run = _random_id()
-  worker = worker_lib.Worker(
-    family=setup.family,
-    lopt=setup.lopt,
-    worker_id=spec.index,
-    seed=(setup.seed, worker_run % 2**31),  # A restarted worker does not repeat its samples.
-  )
+  worker = make_worker(setup, spec.index, worker_run)
   logging.info(
     "Worker %d (run %d) connecting to the chief at %s.", spec.index, worker_run, chief_address
   )

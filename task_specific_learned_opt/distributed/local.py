@@ -4,7 +4,11 @@ The chief loop of loops.py runs over the in-process transport; whenever fewer th
 samples are queued, the next worker (round robin) computes one sample from its own inner run at
 the current theta. One process, one thread: a run is deterministic, so a resumed run continues
 exactly as an uninterrupted one would. The train dir holds what train_dir.py lists; here the
-checkpoint also holds every worker's inner run and the round-robin counter.
+checkpoint also holds every worker's inner run and the round-robin counter (with PES, both
+unrolls' states and the sum of the perturbations, so a resumed PES run is exact too).
+
+The workers run PES when the chief's estimator (gin `Chief.estimator`) is "pes" or
+"pes_merged" (chief.configured_estimator, docs/pes.md).
 """
 
 import io
@@ -17,13 +21,25 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from task_specific_learned_opt.distributed import chief as chief_lib
 from task_specific_learned_opt.distributed import in_process, loops
 from task_specific_learned_opt.distributed import outer_training as outer_lib
 from task_specific_learned_opt.distributed import train_dir as train_dir_lib
 from task_specific_learned_opt.distributed import worker as worker_lib
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
+from task_specific_learned_opt.outer import estimators
 
 EVAL_DIRNAME = "eval"
+
+
+def _numpy_state(state: worker_lib.WorkerState) -> worker_lib.WorkerState:
+  """`state` with its tensors (inner states, PES accumulator) as numpy arrays, for pickling."""
+  tensors = {
+    field: tf.nest.map_structure(np.asarray, value)
+    for field, value in zip(state._fields, state, strict=True)
+    if field in ("inner_state", "minus_state", "accumulator") and value is not None
+  }
+  return state._replace(**tensors)
 
 
 class _WorkersState(tf.train.experimental.PythonState):
@@ -34,12 +50,7 @@ class _WorkersState(tf.train.experimental.PythonState):
     self.num_samples = 0
 
   def serialize(self) -> bytes:
-    states = [
-      s
-      if s.inner_state is None
-      else s._replace(inner_state=tf.nest.map_structure(np.asarray, s.inner_state))
-      for s in (loop.state for loop in self.worker_loops)
-    ]
+    states = [_numpy_state(loop.state) for loop in self.worker_loops]
     buffer = io.BytesIO()
     pickle.dump({"states": states, "num_samples": self.num_samples}, buffer)
     return buffer.getvalue()
@@ -91,12 +102,17 @@ def train_local(
   Raises:
     train_dir_lib.CheckpointError: the latest checkpoint cannot be read, or belongs to another
       experiment.
+    ValueError: the chief's estimator and the workers' disagree (they come from one binding, so
+      this means the chief was configured in another gin scope).
   """
   setup = setup if setup is not None else outer_lib.outer_training()
   transport = in_process.InProcessTransport()
+  persistent = estimators.is_persistent(chief_lib.configured_estimator())
   worker_loops = [
     loops.WorkerLoop(
-      worker_lib.Worker(family=setup.family, lopt=setup.lopt, worker_id=i, seed=setup.seed),
+      worker_lib.Worker(
+        family=setup.family, lopt=setup.lopt, worker_id=i, seed=setup.seed, persistent=persistent
+      ),
       transport,
     )
     for i in range(num_workers)
@@ -109,6 +125,11 @@ def train_local(
     resume_changed_experiment=resume_changed_experiment,
     workers=workers_state,
   )
+  if estimators.is_persistent(files.chief.estimator) != persistent:  # One binding sets both.
+    raise ValueError(
+      f"The chief's estimator {files.chief.estimator!r} and the workers' (persistent="
+      f"{persistent}) disagree."
+    )
   stats = loops.chief_loop(files, transport, transport.incarnation, workers_state.next_worker)
   if final_evaluation is not None:
     logging.info("Evaluating theta on held-out tasks (train_local.final_evaluation).")

@@ -10,6 +10,15 @@ state (params, momenta, inner step t). Each truncation:
      momenta, t = 0).
 Every random choice comes from seeds derived from (seed, worker id, task index, truncation
 index), so a sample is reproducible from theta, the worker state and the seed.
+
+Persistent ES (`persistent=True`, set from the chief's estimator "pes" or "pes_merged"; beyond
+the paper, outer/pes.py and docs/pes.md): the worker keeps the - unroll's state too, and each
+unroll continues its own trajectory; it keeps xi, the sum of the perturbations drawn since the
+inner run started, and sends g_pes = (L+ - L-) / (2 sigma^2) * xi in the sample's g_es field.
+g_rp stays the gradient of this truncation through both unrolls from their own start states.
+All three reset with the inner run at the horizon. Memory: two inner states are carried between
+truncations instead of one (a truncation computes with two in either mode), plus xi, one more
+copy of theta.
 """
 
 from collections.abc import Callable
@@ -22,7 +31,7 @@ from task_specific_learned_opt import seeds as seeds_lib
 from task_specific_learned_opt.distributed import base
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.optimizers import base as opt_base
-from task_specific_learned_opt.outer import schedules, truncated_unroll
+from task_specific_learned_opt.outer import pes, schedules, truncated_unroll
 from task_specific_learned_opt.tasks import base as task_base
 
 HORIZON = 10000  # Paper App. D.3: inner problems are trained for 10k steps, then reset.
@@ -35,12 +44,18 @@ class WorkerState(NamedTuple):
 
   task_index: int  # Tasks this worker has started; the current one is task_index - 1.
   truncation_index: int  # Truncations this worker has run.
-  inner_state: Any  # The inner optimizer state, or None when a new task must start.
+  inner_state: Any  # The inner optimizer state (PES: the + unroll's); None: start a new task.
+  minus_state: Any = None  # PES only: the - unroll's inner state.
+  accumulator: pes.Accumulator | None = None  # PES only: xi and the truncations since the reset.
 
 
-@gin.configurable(denylist=["worker_id"])
+@gin.configurable(denylist=["worker_id", "persistent"])
 class Worker:
-  """Produces samples from truncated antithetic unrolls of its own inner-training run."""
+  """Produces samples from truncated antithetic unrolls of its own inner-training run.
+
+  With `persistent=True` (PES) it carries two inner states between truncations instead of one,
+  and the sum of its perturbations.
+  """
 
   def __init__(
     self,
@@ -53,6 +68,7 @@ class Worker:
     horizon: int = HORIZON,
     schedule: schedules.TruncationSchedule | None = None,
     recompute: bool = True,
+    persistent: bool = False,
   ):
     """Makes a worker.
 
@@ -66,6 +82,9 @@ class Worker:
       horizon: inner steps before an inner problem is reset (10,000).
       schedule: truncation lengths; the paper's LinearCurriculum by default.
       recompute: chunks rerun in the backward pass (memory ~ K^(1/3) with two levels).
+      persistent: run persistent ES and send g_pes in the place of g_es. Not a gin parameter:
+        local mode and the cluster's workers set it from the chief's estimator
+        (chief.configured_estimator), so the one binding `Chief.estimator` switches both.
 
     Raises:
       ValueError: an unknown objective.
@@ -83,6 +102,7 @@ class Worker:
     self.horizon = int(horizon)
     self.schedule = schedule if schedule is not None else schedules.LinearCurriculum()
     self.recompute = bool(recompute)
+    self.persistent = bool(persistent)
     self._task: task_base.Task | None = None
     self._task_index: int | None = None
 
@@ -131,9 +151,9 @@ class Worker:
   def _compiled(self, task: task_base.Task) -> Callable[..., truncated_unroll.TruncationSample]:
     # Workers of one process with the same configuration share one trace: the task's data is an
     # argument, so any task of the family runs through it.
-    key = (id(self.family), id(self.lopt), self.sigma, self.objective, self.recompute)
+    key = (id(self.family), id(self.lopt), self.sigma, self.objective, self.recompute, False)
     if key not in _SAMPLE_FNS:
-      template, lopt, sigma, objective, recompute = task, self.lopt, *key[2:]
+      template, lopt, sigma, objective, recompute = task, self.lopt, *key[2:5]
 
       @tf.function(autograph=False, reduce_retracing=True)
       def sample_fn(
@@ -161,6 +181,56 @@ class Worker:
       _SAMPLE_FNS[key] = (sample_fn, self.family, lopt)
     return _SAMPLE_FNS[key][0]
 
+  def _compiled_pes(
+    self, task: task_base.Task
+  ) -> Callable[..., truncated_unroll.PESTruncationSample]:
+    # As _compiled, for the PES truncation.
+    key = (id(self.family), id(self.lopt), self.sigma, self.objective, self.recompute, True)
+    if key not in _SAMPLE_FNS:
+      template, lopt, sigma, objective, recompute = task, self.lopt, *key[2:5]
+
+      @tf.function(autograph=False, reduce_retracing=True)
+      def sample_fn(
+        theta: lopt_base.Theta,
+        state_plus: opt_base.OptState,
+        state_minus: opt_base.OptState,
+        accumulator: pes.Accumulator,
+        task_data: Any,
+        num_steps: tf.Tensor,
+        data_seed: tf.Tensor,
+        perturbation_seed: tf.Tensor,
+      ) -> truncated_unroll.PESTruncationSample:
+        return truncated_unroll.pes_truncation_sample(
+          template.with_data(task_data),
+          lopt,
+          theta,
+          state_plus,
+          state_minus,
+          accumulator,
+          num_steps,
+          data_seed,
+          perturbation_seed,
+          sigma,
+          objective,
+          recompute,
+        )
+
+      _SAMPLE_FNS[key] = (sample_fn, self.family, lopt)
+    return _SAMPLE_FNS[key][0]
+
+  def _start_task(self, theta: lopt_base.Theta, state: WorkerState) -> WorkerState:
+    """`state` with a new task's inner run started (both unrolls' states and xi for PES)."""
+    inner_state = self.new_inner_state(theta, state.task_index)
+    if not self.persistent:
+      return WorkerState(state.task_index + 1, state.truncation_index, inner_state)
+    return WorkerState(
+      state.task_index + 1,
+      state.truncation_index,
+      inner_state,
+      minus_state=inner_state,
+      accumulator=pes.initial_state(theta),
+    )
+
   def truncation_length(self, outer_step: int, state: WorkerState, inner_step: int) -> int:
     """K for this truncation: the schedule at `outer_step`, jittered, capped at the horizon.
 
@@ -187,36 +257,46 @@ class Worker:
       state: the worker's state after its previous truncation.
 
     Returns:
-      (the sample, with theta-shaped estimates flattened; the worker's next state).
+      (the sample, with theta-shaped estimates flattened; the worker's next state). A
+      persistent worker's sample carries g_pes in its g_es field.
     """
     theta = tf.nest.map_structure(tf.convert_to_tensor, theta)
-    if state.inner_state is None:
-      state = WorkerState(
-        state.task_index + 1, state.truncation_index, self.new_inner_state(theta, state.task_index)
-      )
+    # A persistent worker given a state without the - unroll (e.g. of a run that was not
+    # persistent) starts a new task rather than invent a - trajectory.
+    if state.inner_state is None or (self.persistent and state.accumulator is None):
+      state = self._start_task(theta, state)
     task_index = state.task_index - 1
     task = self.task(task_index)
     inner_step = int(state.inner_state.iteration)
     num_steps = self.truncation_length(theta_version, state, inner_step)
     perturbation_seed = seeds_lib.fold_in(seeds_lib.fold_in(self.seed, 3), state.truncation_index)
     data_seed = seeds_lib.fold_in(self.task_seed(task_index), 1)
-    result = self._compiled(task)(
-      theta,
-      state.inner_state,
-      task.data,
-      tf.constant(num_steps, tf.int32),
-      data_seed,
-      perturbation_seed,
-    )
+    args = (task.data, tf.constant(num_steps, tf.int32), data_seed, perturbation_seed)
     done = inner_step + num_steps >= self.horizon
-    next_state = WorkerState(
-      task_index=state.task_index,
-      truncation_index=state.truncation_index + 1,
-      inner_state=None if done else result.state,
-    )
+    if self.persistent:
+      accumulator = tf.nest.map_structure(tf.convert_to_tensor, state.accumulator)
+      result = self._compiled_pes(task)(
+        theta, state.inner_state, state.minus_state, accumulator, *args
+      )
+      g_es = result.g_pes
+      next_state = WorkerState(
+        task_index=state.task_index,
+        truncation_index=state.truncation_index + 1,
+        inner_state=None if done else result.state_plus,
+        minus_state=None if done else result.state_minus,
+        accumulator=None if done else result.accumulator,
+      )
+    else:
+      result = self._compiled(task)(theta, state.inner_state, *args)
+      g_es = result.g_es
+      next_state = WorkerState(
+        task_index=state.task_index,
+        truncation_index=state.truncation_index + 1,
+        inner_state=None if done else result.state,
+      )
     sample = base.Sample(
       g_rp=base.flatten(result.g_rp),
-      g_es=base.flatten(result.g_es),
+      g_es=base.flatten(g_es),
       loss_plus=float(result.loss_plus),
       loss_minus=float(result.loss_minus),
       theta_version=int(theta_version),

@@ -8,7 +8,13 @@ every leaf and merges them per coordinate by inverse variance weighting (eq. 1):
   g_merged = (m_rp / v_rp + m_es / v_es) / (1 / v_rp + 1 / v_es),
 
 with m the means and v the empirical variances over the N samples. The Fig. 8 ablations use the
-mean of g_rp alone ("Gradients") or of g_es alone ("ES"); `combine` selects among the three.
+mean of g_rp alone ("Gradients") or of g_es alone ("ES"); `combine` selects among them.
+
+Beyond the paper, persistent ES (outer/pes.py, docs/pes.md): with "pes" or "pes_merged" the
+workers send g_pes in the place of g_es. "pes" is the mean of g_pes alone, an unbiased estimate
+of the smoothed full-run gradient; "pes_merged" merges g_rp with g_pes by eq. 1, like "merged"
+(g_rp is still a truncated, hence biased, gradient, so the merge is biased wherever it weights
+g_rp).
 
 All functions are plain TF over nests, eager-testable and usable inside the chief's tf.function
 with a dynamic number of samples N.
@@ -19,7 +25,9 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 
 Nest = Any
-ESTIMATORS = ("merged", "rp", "es")
+ESTIMATORS = ("merged", "rp", "es", "pes", "pes_merged")
+# The estimators whose samples carry g_pes in the place of g_es (the workers run PES).
+PERSISTENT_ESTIMATORS = ("pes", "pes_merged")
 VARIANCE_EPSILON = 1e-8  # App. C / authors' code: added to both empirical variances.
 
 
@@ -72,6 +80,23 @@ class MergeResult(NamedTuple):
   rp_variance: Nest
   es_variance: Nest
   es_weight: Nest
+
+
+def is_persistent(estimator: str) -> bool:
+  """Whether `estimator` needs PES samples (g_pes in the place of g_es) from the workers.
+
+  Args:
+    estimator: one of `ESTIMATORS`.
+
+  Returns:
+    True for "pes" and "pes_merged".
+
+  Raises:
+    ValueError: if `estimator` is not one of `ESTIMATORS`.
+  """
+  if estimator not in ESTIMATORS:
+    raise ValueError(f"Unknown estimator {estimator!r}; known: {list(ESTIMATORS)}.")
+  return estimator in PERSISTENT_ESTIMATORS
 
 
 def _moments(samples: tf.Tensor, epsilon: float) -> tuple[tf.Tensor, tf.Tensor]:
@@ -155,11 +180,13 @@ def combine(
   """The outer gradient of one of `ESTIMATORS` from N stacked samples (Sec. 3, Fig. 8).
 
   "merged": g_merged of eq. 1; "rp": mean(g_rp) (Fig. 8 "Gradients"); "es": mean(g_es) (Fig. 8
-  "ES"). The merge diagnostics are computed in every case, for the summaries.
+  "ES"). With PES samples (g_pes in the place of g_es): "pes": mean(g_pes); "pes_merged": eq. 1
+  over g_rp and g_pes. The merge diagnostics are computed in every case, for the summaries.
 
   Args:
     g_rp: per-sample reparameterisation estimates, leaves [N, ...].
-    g_es: per-sample ES estimates, the same structure and shapes.
+    g_es: per-sample ES estimates (g_pes for the PES estimators), the same structure and
+      shapes.
     estimator: one of `ESTIMATORS`.
     epsilon: added to both variances.
 
@@ -172,7 +199,9 @@ def combine(
   if estimator not in ESTIMATORS:
     raise ValueError(f"Unknown estimator {estimator!r}; known: {list(ESTIMATORS)}.")
   result, rp_mean, es_mean = _merge(g_rp, g_es, epsilon)
-  gradient = {"merged": result.gradient, "rp": rp_mean, "es": es_mean}[estimator]
+  merged = result.gradient
+  gradient = {"merged": merged, "rp": rp_mean, "es": es_mean, "pes": es_mean, "pes_merged": merged}
+  gradient = gradient[estimator]
   return gradient, result
 
 

@@ -12,6 +12,15 @@ Then
   g_es = (L+ - L-) / 2 * e / sigma^2 (antithetic ES)
 and the + unroll's end state is the state the next truncation starts from.
 
+Persistent ES (pes_truncation_sample; outer/pes.py, beyond the paper) runs the same pair of
+unrolls but from two start states, each unroll continuing its own trajectory, and returns both
+end states and g_pes = (L+ - L-) / (2 sigma^2) * (e_1 + ... + e_k) in place of g_es.
+
+A task may be N independent inner problems whose loss is a vector [N] (`loss_shape`): the outer
+losses are then [N] too, g_es and g_pes are per problem, and g_rp is the gradient of their sum,
+which is per problem when each problem reads only its own slice of theta (tests vectorise
+many perturbation samples this way).
+
 Memory. Backpropagating through K steps stores every step (measured: ~26 MiB per inner step of
 both unrolls for the paper's CNN at batch 128; docs/outer_training.md). With `recompute=True`
 the unroll runs as a loop of chunks whose backward pass reruns them (a tf.custom_gradient); with
@@ -33,7 +42,7 @@ from task_specific_learned_opt import inner_training
 from task_specific_learned_opt import seeds as seeds_lib
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.optimizers import base as opt_base
-from task_specific_learned_opt.outer import estimators
+from task_specific_learned_opt.outer import estimators, pes
 from task_specific_learned_opt.tasks import base as task_base
 
 OBJECTIVES = ("train", "valid")
@@ -101,13 +110,15 @@ def _pair_segment(
   theta_pair: _ThetaPair,
   states: _StatePair,
   inputs: _SegmentInputs,
+  loss_shape: tuple[int, ...],
 ) -> _PairOutput:
   """`length` steps of the + and - unrolls from inner step `start` on shared batches.
 
   Returns:
     (state_plus, state_minus, sum_plus, sum_minus): the end states and the sums of this
-    segment's outer-loss terms. For L_train a step's term is its pre-update loss and counts
-    only from `first_term_step` on (the truncation's first w is not a post-update state).
+    segment's outer-loss terms, each of shape `loss_shape`. For L_train a step's term is its
+    pre-update loss and counts only from `first_term_step` on (the truncation's first w is not a
+    post-update state).
   """
   task = task.with_data(inputs.task_data)
   opts = [lopt.opt_fn(theta) for theta in theta_pair]
@@ -136,7 +147,7 @@ def _pair_segment(
       sums.append(total + term)
     return (i + 1, *new_states, *sums)
 
-  zero = tf.constant(0.0)
+  zero = tf.zeros(loss_shape)
   _, state_plus, state_minus, sum_plus, sum_minus = tf.while_loop(
     lambda i, *_: i < inputs.length,
     body,
@@ -232,6 +243,7 @@ def _run_range(
   states: _StatePair,
   inputs: _SegmentInputs,
   level: int,
+  loss_shape: tuple[int, ...],
 ) -> _PairOutput:
   """Steps [start, start + length) of both unrolls, as a loop of recomputed chunks.
 
@@ -240,14 +252,22 @@ def _run_range(
   chunk reruns it, itself in recomputed sub-chunks.
   """
   if level == inputs.chunks.shape[0]:
-    return _pair_segment(task, lopt, objective, theta_pair, states, inputs)
+    return _pair_segment(task, lopt, objective, theta_pair, states, inputs, loss_shape)
   end = inputs.start + inputs.length
 
   def run_chunk(
     theta_pair: _ThetaPair, states: _StatePair, chunk_inputs: _SegmentInputs
   ) -> _PairOutput:
     return _run_range(
-      task, lopt, objective, output_structure, theta_pair, states, chunk_inputs, level + 1
+      task,
+      lopt,
+      objective,
+      output_structure,
+      theta_pair,
+      states,
+      chunk_inputs,
+      level + 1,
+      loss_shape,
     )
 
   def body(
@@ -266,7 +286,7 @@ def _run_range(
       sum_minus + chunk_minus,
     )
 
-  zero = tf.constant(0.0)
+  zero = tf.zeros(loss_shape)
   _, (state_plus, state_minus), sum_plus, sum_minus = tf.while_loop(
     lambda position, *_: position < end,
     body,
@@ -274,6 +294,92 @@ def _run_range(
     parallel_iterations=_PARALLEL_ITERATIONS,
   )
   return state_plus, state_minus, sum_plus, sum_minus
+
+
+def pair_losses(
+  task: task_base.Task,
+  lopt: lopt_base.LearnedOptimizer,
+  theta_plus: lopt_base.Theta,
+  theta_minus: lopt_base.Theta,
+  state_plus: opt_base.OptState,
+  state_minus: opt_base.OptState,
+  num_steps: int | tf.Tensor,
+  data_seed: seeds_lib.SeedLike,
+  objective: str = "train",
+  recompute: bool = True,
+  segment_lengths: Sequence[int] | tf.Tensor | None = None,
+  loss_shape: Sequence[int] = (),
+) -> tuple[tf.Tensor, tf.Tensor, opt_base.OptState, opt_base.OptState]:
+  """L+ and L- of one truncation of the + and - unrolls, each from its own start state.
+
+  Truncated ES starts both from one state (antithetic_losses); PES continues each from where it
+  ended (pes_truncation_sample). Both start states must be at the same inner step t0 (their
+  `iteration`): the two unrolls read the same batches. Differentiable with respect to
+  theta_plus, theta_minus and both start states.
+
+  Args:
+    task: the inner problem.
+    lopt: the learned optimizer.
+    theta_plus: theta + e.
+    theta_minus: theta - e.
+    state_plus: the + unroll's inner optimizer state at the start (its `iteration` is t0).
+    state_minus: the - unroll's, at the same inner step.
+    num_steps: K >= 1, int or int32 tensor.
+    data_seed: the inner run's data seed (see data_seeds).
+    objective: "train" (L_train) or "valid" (L_valid).
+    recompute: recompute chunks of the unroll in the backward pass instead of storing every
+      step; False is plain backpropagation.
+    segment_lengths: int32 [levels], steps per recomputed chunk at each level;
+      segment_lengths_for(K) by default.
+    loss_shape: the shape of task.loss's value: () for one inner problem, [N] for a task that is
+      N independent problems with a loss each (the outer losses then have shape [N] too).
+
+  Returns:
+    (loss_plus, loss_minus, end_state_plus, end_state_minus): the outer losses L+ and L-,
+    float32 of shape `loss_shape`, and both unrolls' states after the K steps.
+
+  Raises:
+    ValueError: an unknown objective.
+  """
+  if objective not in OBJECTIVES:
+    raise ValueError(f"Unknown objective {objective!r}; expected one of {OBJECTIVES}.")
+  loss_shape = tuple(int(n) for n in loss_shape)
+  train_seed, valid_seed = data_seeds(data_seed)
+  num_steps = tf.convert_to_tensor(num_steps, tf.int32)
+  first_step = tf.convert_to_tensor(state_plus.iteration, tf.int32)
+  if segment_lengths is None:
+    segment_lengths = segment_lengths_for(num_steps)
+  inputs = _SegmentInputs(
+    task_data=task.data,
+    train_seed=train_seed,
+    valid_seed=valid_seed,
+    first_term_step=first_step + 1,
+    start=first_step,
+    length=num_steps,
+    chunks=tf.convert_to_tensor(segment_lengths if recompute else [], tf.int32),
+  )
+  zero = tf.zeros(loss_shape)
+  output_structure = (state_plus, state_minus, zero, zero)
+  end_plus, end_minus, sum_plus, sum_minus = _run_range(
+    task,
+    lopt,
+    objective,
+    output_structure,
+    (theta_plus, theta_minus),
+    (state_plus, state_minus),
+    inputs,
+    0,
+    loss_shape,
+  )
+  if objective == "train":
+    # The K-th post-update state's loss, on the batch the next truncation starts with.
+    last_batch = task.batch("train", seeds_lib.fold_in(train_seed, first_step + num_steps))
+    params_plus = lopt.opt_fn(theta_plus).get_params(end_plus)
+    params_minus = lopt.opt_fn(theta_minus).get_params(end_minus)
+    sum_plus += inner_training.clip_loss(task.loss(params_plus, last_batch))
+    sum_minus += inner_training.clip_loss(task.loss(params_minus, last_batch))
+  k = tf.cast(num_steps, tf.float32)
+  return sum_plus / k, sum_minus / k, end_plus, end_minus
 
 
 def antithetic_losses(
@@ -287,6 +393,7 @@ def antithetic_losses(
   objective: str = "train",
   recompute: bool = True,
   segment_lengths: Sequence[int] | tf.Tensor | None = None,
+  loss_shape: Sequence[int] = (),
 ) -> tuple[tf.Tensor, tf.Tensor, opt_base.OptState]:
   """L+ and L- of one truncation of `num_steps` steps from `state`, and the + end state.
 
@@ -305,43 +412,30 @@ def antithetic_losses(
       step; False is plain backpropagation.
     segment_lengths: int32 [levels], steps per recomputed chunk at each level;
       segment_lengths_for(K) by default.
+    loss_shape: the shape of task.loss's value (see pair_losses); () for one inner problem.
 
   Returns:
-    (loss_plus, loss_minus, end_state_plus): the outer losses L+ and L-, float32 scalars, and
-    the + unroll's state after the K steps.
+    (loss_plus, loss_minus, end_state_plus): the outer losses L+ and L-, float32 of shape
+    `loss_shape`, and the + unroll's state after the K steps.
 
   Raises:
     ValueError: an unknown objective.
   """
-  if objective not in OBJECTIVES:
-    raise ValueError(f"Unknown objective {objective!r}; expected one of {OBJECTIVES}.")
-  train_seed, valid_seed = data_seeds(data_seed)
-  num_steps = tf.convert_to_tensor(num_steps, tf.int32)
-  first_step = tf.convert_to_tensor(state.iteration, tf.int32)
-  if segment_lengths is None:
-    segment_lengths = segment_lengths_for(num_steps)
-  inputs = _SegmentInputs(
-    task_data=task.data,
-    train_seed=train_seed,
-    valid_seed=valid_seed,
-    first_term_step=first_step + 1,
-    start=first_step,
-    length=num_steps,
-    chunks=tf.convert_to_tensor(segment_lengths if recompute else [], tf.int32),
+  loss_plus, loss_minus, end_plus, _ = pair_losses(
+    task,
+    lopt,
+    theta_plus,
+    theta_minus,
+    state,
+    state,
+    num_steps,
+    data_seed,
+    objective,
+    recompute,
+    segment_lengths,
+    loss_shape,
   )
-  output_structure = (state, state, tf.constant(0.0), tf.constant(0.0))
-  end_plus, end_minus, sum_plus, sum_minus = _run_range(
-    task, lopt, objective, output_structure, (theta_plus, theta_minus), (state, state), inputs, 0
-  )
-  if objective == "train":
-    # The K-th post-update state's loss, on the batch the next truncation starts with.
-    last_batch = task.batch("train", seeds_lib.fold_in(train_seed, first_step + num_steps))
-    params_plus = lopt.opt_fn(theta_plus).get_params(end_plus)
-    params_minus = lopt.opt_fn(theta_minus).get_params(end_minus)
-    sum_plus += inner_training.clip_loss(task.loss(params_plus, last_batch))
-    sum_minus += inner_training.clip_loss(task.loss(params_minus, last_batch))
-  k = tf.cast(num_steps, tf.float32)
-  return sum_plus / k, sum_minus / k, end_plus
+  return loss_plus, loss_minus, end_plus
 
 
 def truncation_sample(
@@ -355,6 +449,7 @@ def truncation_sample(
   sigma: float,
   objective: str = "train",
   recompute: bool = True,
+  loss_shape: Sequence[int] = (),
 ) -> TruncationSample:
   """g_rp, g_es, L+, L- and the + end state of one antithetic truncation (see the module doc).
 
@@ -369,6 +464,7 @@ def truncation_sample(
     sigma: the standard deviation of e.
     objective: "train" (L_train) or "valid" (L_valid).
     recompute: recompute chunks of the unroll in the backward pass (see antithetic_losses).
+    loss_shape: the shape of task.loss's value (see pair_losses); () for one inner problem.
 
   Returns:
     The sample: g_rp and g_es nests like theta, L+ and L-, and the + unroll's end state with its
@@ -383,10 +479,103 @@ def truncation_sample(
     theta_plus = tf.nest.map_structure(tf.add, theta, e)
     theta_minus = tf.nest.map_structure(tf.subtract, theta, e)
     loss_plus, loss_minus, end_state = antithetic_losses(
-      task, lopt, theta_plus, theta_minus, state, num_steps, data_seed, objective, recompute
+      task,
+      lopt,
+      theta_plus,
+      theta_minus,
+      state,
+      num_steps,
+      data_seed,
+      objective,
+      recompute,
+      loss_shape=loss_shape,
     )
     mean_loss = (loss_plus + loss_minus) / 2.0
   g_rp = tape.gradient(mean_loss, theta, unconnected_gradients=tf.UnconnectedGradients.ZERO)
   g_es = estimators.es_gradient(loss_plus, loss_minus, e, sigma)
   end_state = tf.nest.map_structure(tf.stop_gradient, end_state)
   return TruncationSample(g_rp, g_es, loss_plus, loss_minus, end_state)
+
+
+class PESTruncationSample(NamedTuple):
+  """What one PES truncation gives: both estimates, both losses, both end states, xi."""
+
+  g_rp: lopt_base.Theta  # d/dtheta (L+ + L-) / 2 of this truncation, from both start states.
+  g_pes: lopt_base.Theta  # (L+ - L-) / (2 sigma^2) * xi_k.
+  loss_plus: tf.Tensor
+  loss_minus: tf.Tensor
+  state_plus: opt_base.OptState  # The + unroll's end state (gradient stopped).
+  state_minus: opt_base.OptState  # The - unroll's end state (gradient stopped).
+  accumulator: pes.Accumulator  # xi_k = e_1 + ... + e_k and k, this truncation's e included.
+
+
+def pes_truncation_sample(
+  task: task_base.Task,
+  lopt: lopt_base.LearnedOptimizer,
+  theta: lopt_base.Theta,
+  state_plus: opt_base.OptState,
+  state_minus: opt_base.OptState,
+  accumulator: pes.Accumulator,
+  num_steps: int | tf.Tensor,
+  data_seed: seeds_lib.SeedLike,
+  perturbation_seed: seeds_lib.SeedLike,
+  sigma: float,
+  objective: str = "train",
+  recompute: bool = True,
+  loss_shape: Sequence[int] = (),
+) -> PESTruncationSample:
+  """One truncation of persistent ES (outer/pes.py): each unroll continues its own trajectory.
+
+  Draws e_k, runs the + unroll at theta + e_k from `state_plus` and the - unroll at theta - e_k
+  from `state_minus` for K steps on shared batches, adds e_k to the accumulator and returns
+
+    g_pes = (L+ - L-) / (2 sigma^2) * xi_k,   xi_k = e_1 + ... + e_k,
+    g_rp  = d/dtheta (L+ + L-) / 2            (this truncation only, start states held fixed),
+
+  with both end states, where the next truncation of the inner run starts.
+
+  Args:
+    task: the inner problem.
+    lopt: the learned optimizer.
+    theta: the meta-parameters.
+    state_plus: the + unroll's state (the + trajectory since the inner run started).
+    state_minus: the - unroll's state, at the same inner step.
+    accumulator: xi_{k-1} and k - 1 (pes.initial_state(theta) at the start of an inner run).
+    num_steps: K >= 1, int or int32 tensor.
+    data_seed: the inner run's data seed (see data_seeds).
+    perturbation_seed: the seed of e_k (see perturbation).
+    sigma: the standard deviation of e_k.
+    objective: "train" (L_train) or "valid" (L_valid).
+    recompute: recompute chunks of the unroll in the backward pass (see antithetic_losses).
+    loss_shape: the shape of task.loss's value (see pair_losses); () for one inner problem.
+
+  Returns:
+    A PESTruncationSample.
+
+  Raises:
+    ValueError: an unknown objective.
+  """
+  e = perturbation(theta, perturbation_seed, sigma)
+  accumulator = pes.accumulate(accumulator, e)
+  with tf.GradientTape() as tape:
+    tape.watch(theta)
+    theta_plus = tf.nest.map_structure(tf.add, theta, e)
+    theta_minus = tf.nest.map_structure(tf.subtract, theta, e)
+    loss_plus, loss_minus, end_plus, end_minus = pair_losses(
+      task,
+      lopt,
+      theta_plus,
+      theta_minus,
+      state_plus,
+      state_minus,
+      num_steps,
+      data_seed,
+      objective,
+      recompute,
+      loss_shape=loss_shape,
+    )
+    mean_loss = (loss_plus + loss_minus) / 2.0
+  g_rp = tape.gradient(mean_loss, theta, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+  g_pes = pes.gradient(loss_plus, loss_minus, accumulator.perturbation_sum, sigma)
+  end_plus, end_minus = tf.nest.map_structure(tf.stop_gradient, (end_plus, end_minus))
+  return PESTruncationSample(g_rp, g_pes, loss_plus, loss_minus, end_plus, end_minus, accumulator)

@@ -1,5 +1,6 @@
 """The chief's update: merge then Adam on theta; non-finite samples never reach theta."""
 
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -76,7 +77,8 @@ def test_a_batch_of_only_non_finite_samples_changes_nothing():
   np.testing.assert_array_equal(_flat(boss.theta_numpy()), before)
 
 
-@pytest.mark.parametrize("estimator, field", [("rp", "g_rp"), ("es", "g_es")])
+# "pes": the samples' g_es field holds g_pes, whose mean alone is the update.
+@pytest.mark.parametrize("estimator, field", [("rp", "g_rp"), ("es", "g_es"), ("pes", "g_es")])
 def test_single_estimator_ablations_use_that_mean(estimator, field):
   lopt = mlp_lopt.MLPLOpt()
   boss = chief.Chief(lopt, estimator=estimator, learning_rate=0.01)
@@ -86,6 +88,29 @@ def test_single_estimator_ablations_use_that_mean(estimator, field):
   mean = np.stack([getattr(s, field) for s in samples]).mean(0)
   expected = theta0 - 0.01 * mean / (np.abs(mean) + 1e-8)
   np.testing.assert_allclose(_flat(boss.theta_numpy()), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_pes_merged_is_the_inverse_variance_merge_of_g_rp_and_g_pes():
+  lopt = mlp_lopt.MLPLOpt()
+  merged, pes_merged = (
+    chief.Chief(lopt, estimator=e, learning_rate=0.01) for e in ("merged", "pes_merged")
+  )
+  samples = _samples(lopt, 5)
+  for boss in (merged, pes_merged):
+    boss.apply(base.stack(samples))
+  np.testing.assert_array_equal(_flat(pes_merged.theta_numpy()), _flat(merged.theta_numpy()))
+
+
+def test_configured_estimator_is_what_gin_gives_the_chief():
+  assert chief.configured_estimator() == "merged"  # Nothing bound: the default.
+  gin.bind_parameter("Chief.estimator", "pes")
+  assert chief.configured_estimator() == "pes" == chief.Chief(mlp_lopt.MLPLOpt()).estimator
+  gin.clear_config()
+  gin.parse_config(["ESTIMATOR = 'pes_merged'", "Chief.estimator = %ESTIMATOR"])
+  assert chief.configured_estimator() == "pes_merged"
+  gin.parse_config("Chief.estimator = 'both'")
+  with pytest.raises(ValueError, match="both"):
+    chief.configured_estimator()
 
 
 def test_the_gradient_is_clipped_per_coordinate_before_adam():

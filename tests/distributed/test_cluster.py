@@ -14,15 +14,17 @@ import subprocess
 import sys
 import time
 
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
 import testing_utils
 
 from task_specific_learned_opt import checkpoints
-from task_specific_learned_opt.distributed import launch
+from task_specific_learned_opt.distributed import cluster, launch, outer_training, tf_runtime
 from task_specific_learned_opt.distributed import train_dir as train_dir_lib
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
+from task_specific_learned_opt.tasks import quadratic
 
 NAMESPACE_VARIABLE = "TASK_SPECIFIC_LEARNED_OPT_IN_NETNS"
 CLUSTER = {"chief": ["localhost:2222"], "worker": ["localhost:2223", "127.0.0.1:2224"]}
@@ -287,3 +289,25 @@ def test_launch_local_runs_a_chief_and_workers_to_the_end(request, tmp_path):
   assert logs == ["chief.log", "worker0.log", "worker1.log"]
   for name in ("worker0", "worker1"):
     assert "The chief has finished" in (train_dir / "logs" / f"{name}.log").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# In process, no servers: what a worker task builds from the gin files it shares with the chief.
+
+
+@pytest.mark.parametrize(
+  "estimator, persistent", [(None, False), ("es", False), ("pes", True), ("pes_merged", True)]
+)
+def test_a_worker_task_runs_pes_when_the_chiefs_estimator_says_so(estimator, persistent):
+  if estimator is not None:
+    gin.bind_parameter("Chief.estimator", estimator)
+  lopt = mlp_lopt.MLPLOpt()
+  setup = outer_training.outer_training(family=quadratic.QuadraticFamily(dim=4), lopt=lopt)
+  worker = cluster.make_worker(setup, index=1, worker_run=5)
+  assert worker.persistent == persistent and worker.worker_id == 1
+  # A worker whose binding differs from the chief's is refused: the binding is in the
+  # fingerprint both roles compare.
+  template = tf.nest.map_structure(np.asarray, lopt.init(0))
+  mine = tf_runtime.fingerprint(template)
+  gin.bind_parameter("Chief.estimator", "merged" if persistent else "pes")
+  assert tf_runtime.mismatch_message(tf_runtime.fingerprint(template), mine) is not None

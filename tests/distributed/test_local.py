@@ -15,17 +15,21 @@ import tensorflow as tf
 import testing_utils
 from absl import flags
 
-from task_specific_learned_opt import checkpoints
-from task_specific_learned_opt.distributed import local, outer_training
+from task_specific_learned_opt import checkpoints, configurables, gin_config  # noqa: F401
+from task_specific_learned_opt.distributed import base, in_process, local, loops, outer_training
 from task_specific_learned_opt.distributed import train_dir as train_dir_lib
+from task_specific_learned_opt.distributed import worker as worker_lib
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.outer import schedules
 from task_specific_learned_opt.tasks import quadratic
 
 
-def _bind_small():
+def _bind_small(estimator="merged"):
   gin.bind_parameter("Chief.batch_size", 3)
-  gin.bind_parameter("Worker.horizon", 12)
+  gin.bind_parameter("Chief.estimator", estimator)
+  # 4 truncations per inner run: a checkpoint after 2 outer steps (3 samples per worker) falls
+  # inside the workers' inner runs, and 4 steps cross a reset.
+  gin.bind_parameter("Worker.horizon", 16)
   gin.bind_parameter("Worker.schedule", schedules.FixedLength(4))
 
 
@@ -33,8 +37,8 @@ def _bind_small():
 FAMILY, LOPT = quadratic.QuadraticFamily(dim=4), mlp_lopt.MLPLOpt()
 
 
-def _train(train_dir, steps, lopt=None):
-  _bind_small()
+def _train(train_dir, steps, lopt=None, estimator="merged"):
+  _bind_small(estimator)
   setup = outer_training.outer_training(family=FAMILY, lopt=lopt or LOPT, num_outer_steps=steps)
   return local.train_local(str(train_dir), num_workers=2, setup=setup)
 
@@ -51,10 +55,13 @@ def _records(train_dir):
 
 
 @pytest.mark.integration
-def test_a_resumed_run_continues_exactly(tmp_path):
-  _train(tmp_path / "straight", 4)
-  _train(tmp_path / "resumed", 2)
-  _train(tmp_path / "resumed", 4)  # The same command again: resumes at outer step 2.
+@pytest.mark.parametrize("estimator", ["merged", "pes"])
+def test_a_resumed_run_continues_exactly(tmp_path, estimator):
+  # With PES the checkpoint holds both unrolls' states and xi of every worker's inner run.
+  _train(tmp_path / "straight", 4, estimator=estimator)
+  _train(tmp_path / "resumed", 2, estimator=estimator)
+  # The same command again: resumes at outer step 2.
+  _train(tmp_path / "resumed", 4, estimator=estimator)
   straight, resumed = _theta(tmp_path / "straight"), _theta(tmp_path / "resumed")
   for a, b in zip(tf.nest.flatten(straight), tf.nest.flatten(resumed), strict=True):
     np.testing.assert_array_equal(a, b)
@@ -65,6 +72,72 @@ def test_a_resumed_run_continues_exactly(tmp_path):
   assert not np.array_equal(  # theta did move.
     tf.nest.flatten(straight)[0], tf.nest.flatten(mlp_lopt.MLPLOpt().init(0))[0]
   )
+
+
+def _pes_loops(transport):
+  return [
+    loops.WorkerLoop(
+      worker_lib.Worker(
+        FAMILY, LOPT, worker_id=i, schedule=schedules.FixedLength(4), horizon=16, persistent=True
+      ),
+      transport,
+    )
+    for i in range(2)
+  ]
+
+
+def test_the_checkpointed_pes_workers_continue_exactly():
+  transport = in_process.InProcessTransport()
+  transport.publish_theta(base.flatten(LOPT.init(0)), 0)
+  running = local._WorkersState(_pes_loops(transport))
+  for _ in range(5):  # Worker 0: 3 truncations, worker 1: 2; both inside their inner runs.
+    running.next_worker()
+  saved = running.serialize()
+  restored = local._WorkersState(_pes_loops(transport))
+  restored.deserialize(saved)
+  state = restored.worker_loops[0].state
+  assert state.minus_state is not None and int(state.accumulator.num_truncations) == 3
+  assert isinstance(state.accumulator.perturbation_sum["hidden"]["w"], np.ndarray)
+  transport.take_samples(5)
+  for workers in (running, restored):
+    for _ in range(6):  # Across the horizon reset of both workers.
+      workers.next_worker()
+  straight, resumed = transport.take_samples(6), transport.take_samples(6)
+  # Bit-identical estimates (the sample counters of a worker loop start again, as in local mode).
+  for field in ("g_rp", "g_es", "loss_plus", "loss_minus", "num_steps", "inner_step"):
+    np.testing.assert_array_equal(getattr(straight, field), getattr(resumed, field))
+  assert straight.inner_step.tolist() == [8, 12, 12, 0, 0, 4]  # Both reset at the horizon, 16.
+
+
+def test_pes_quickstart_gin_trains_in_local_mode(tmp_path, monkeypatch):
+  workers = []
+  step = worker_lib.Worker.step
+
+  def spied_step(self, *args):
+    workers.append(self)
+    return step(self, *args)
+
+  monkeypatch.setattr(worker_lib.Worker, "step", spied_step)
+  gin_config.parse(
+    ["gin/pes_quickstart.gin"],
+    [
+      # The quickstart's machinery on quadratic tasks, which compile in a moment.
+      "outer_training.family = @QuadraticFamily()",
+      "QuadraticFamily.dim = 4",
+      "train_local.num_workers = 2",
+      "train_local.final_evaluation = None",
+      "Chief.batch_size = 2",
+      "Worker.horizon = 12",
+      "LinearCurriculum.min_length = 2",
+      "LinearCurriculum.max_length = 4",
+      "outer_training.num_outer_steps = 3",
+    ],
+  )
+  stats = local.train_local(str(tmp_path))
+  assert stats["outer_step"] == 3 and np.isfinite(stats["outer_loss"])
+  assert [r["outer_step"] for r in _records(tmp_path)] == [1, 2, 3]
+  assert "Chief.estimator = 'pes'" in open(tmp_path / "operative_config.gin").read()
+  assert workers and all(w.persistent for w in workers)
 
 
 def test_outputs_are_written(tmp_path):

@@ -1,12 +1,15 @@
-"""The worker's truncation step: reproducible samples, the curriculum, the horizon reset."""
+"""The worker's truncation step: reproducible samples, the curriculum, the horizon reset, PES."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from task_specific_learned_opt.distributed import worker
-from task_specific_learned_opt.learned_optimizers import mlp_lopt
-from task_specific_learned_opt.outer import schedules
+from task_specific_learned_opt import inner_training
+from task_specific_learned_opt import seeds as seeds_lib
+from task_specific_learned_opt.distributed import base, worker
+from task_specific_learned_opt.learned_optimizers import hyperparameters, mlp_lopt
+from task_specific_learned_opt.optimizers import sgd
+from task_specific_learned_opt.outer import pes, schedules, truncated_unroll
 from task_specific_learned_opt.tasks import quadratic
 
 # One family and learned optimizer for every worker: they share one compiled sampler.
@@ -57,3 +60,90 @@ def test_samples_are_reproducible_from_theta_state_and_seed():
 def test_unknown_objective():
   with pytest.raises(ValueError, match="objective"):
     _worker(objective="test")
+
+
+# Persistent ES (docs/pes.md).
+
+PES_LOPT = hyperparameters.LearnedHyperparameters(
+  sgd.Momentum, learned={"learning_rate": "log"}, initial={"learning_rate": 0.3}
+)
+
+
+def _pes_worker(**kwargs):
+  kwargs.setdefault("schedule", schedules.FixedLength(5))
+  return worker.Worker(FAMILY, PES_LOPT, worker_id=2, persistent=True, horizon=12, **kwargs)
+
+
+def _replayed_truncation(w, theta, state_plus, state_minus, task_index, truncation_index, k):
+  """One PES truncation by hand: e, then each unroll from its own state with inner_training."""
+  task = w.task(task_index)
+  train_seed, _ = truncated_unroll.data_seeds(seeds_lib.fold_in(w.task_seed(task_index), 1))
+  e = truncated_unroll.perturbation(
+    theta, seeds_lib.fold_in(seeds_lib.fold_in(w.seed, 3), truncation_index), w.sigma
+  )
+  t0 = int(state_plus.iteration)
+  losses, ends = [], []
+  for sign, state in ((1.0, state_plus), (-1.0, state_minus)):
+    opt = PES_LOPT.opt_fn(tf.nest.map_structure(lambda th, ee, s=sign: th + s * ee, theta, e))
+    # The losses of steps t0+1..t0+K: the K post-update states' (L_train).
+    _, step_losses = inner_training.unroll(task, opt, state, k + 1, train_seed, first_step=t0)
+    losses.append(float(np.mean(step_losses.numpy()[1:])))
+    ends.append(inner_training.unroll(task, opt, state, k, train_seed, first_step=t0)[0])
+  return e, losses, ends
+
+
+def test_a_persistent_worker_replayed_by_hand():
+  w = _pes_worker()
+  theta = PES_LOPT.init(0)
+  state = w.initial_state()
+  first = w.new_inner_state(theta, 0)
+  plus, minus, accumulator = first, first, pes.initial_state(theta)
+  for truncation, (t0, k) in enumerate([(0, 5), (5, 5), (10, 2)]):
+    sample, state = w.step(theta, truncation, state)
+    assert (sample.inner_step, sample.num_steps) == (t0, k)
+    e, (loss_plus, loss_minus), (plus, minus) = _replayed_truncation(
+      w, theta, plus, minus, 0, truncation, k
+    )
+    accumulator = pes.accumulate(accumulator, e)
+    expected = pes.gradient(loss_plus, loss_minus, accumulator.perturbation_sum, w.sigma)
+    np.testing.assert_allclose(sample.loss_plus, loss_plus, rtol=1e-5)
+    np.testing.assert_allclose(sample.loss_minus, loss_minus, rtol=1e-5)
+    np.testing.assert_allclose(sample.g_es, base.flatten(expected), rtol=1e-4, atol=1e-7)
+    if truncation < 2:
+      # Each unroll continues its own trajectory: the states are the replayed ones, and differ.
+      assert int(state.accumulator.num_truncations) == truncation + 1
+      for mine, replayed in ((state.inner_state, plus), (state.minus_state, minus)):
+        for a, b in zip(tf.nest.flatten(mine), tf.nest.flatten(replayed), strict=True):
+          np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+      assert not np.allclose(state.inner_state.params["w"], state.minus_state.params["w"])
+      assert not np.allclose(state.inner_state.momentum["w"], state.minus_state.momentum["w"])
+  # g_pes of truncation 2 is not truncated ES's: xi = e_1 + e_2 + e_3, not e_3.
+  assert not np.allclose(
+    accumulator.perturbation_sum["learning_rate"], e["learning_rate"], rtol=0.1
+  )
+  # At the horizon everything resets with the inner run: a new task, both states from its
+  # initial ones, xi = e of the new run's first truncation alone.
+  assert state.inner_state is None and state.minus_state is None and state.accumulator is None
+  sample, state = w.step(theta, 3, state)
+  assert (sample.inner_step, state.task_index) == (0, 2)
+  assert int(state.accumulator.num_truncations) == 1
+  start = w.new_inner_state(theta, 1)
+  e, (loss_plus, loss_minus), _ = _replayed_truncation(w, theta, start, start, 1, 3, 5)
+  np.testing.assert_allclose(
+    state.accumulator.perturbation_sum["learning_rate"], e["learning_rate"], rtol=1e-6
+  )
+  expected = pes.gradient(loss_plus, loss_minus, e, w.sigma)
+  np.testing.assert_allclose(sample.g_es, base.flatten(expected), rtol=1e-4, atol=1e-7)
+  # One trace for every truncation, task and accumulator count.
+  assert w._compiled_pes(w.task(1)).experimental_get_tracing_count() == 1
+
+
+def test_a_persistent_worker_starts_a_new_task_from_a_state_without_the_minus_unroll():
+  plain = worker.Worker(FAMILY, PES_LOPT, worker_id=2, schedule=schedules.FixedLength(5))
+  persistent = _pes_worker()
+  theta = PES_LOPT.init(0)
+  _, state = plain.step(theta, 0, plain.initial_state())
+  assert state.inner_state is not None and state.accumulator is None
+  sample, state = persistent.step(theta, 1, state)
+  assert sample.inner_step == 0 and state.task_index == 2
+  assert int(state.accumulator.num_truncations) == 1

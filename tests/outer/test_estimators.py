@@ -154,6 +154,9 @@ def test_combine(estimator):
       "merged": _numpy_merge(rp[key], es[key])[0],
       "rp": rp[key].mean(axis=0),
       "es": es[key].mean(axis=0),
+      # The PES estimators: the samples' g_es field holds g_pes.
+      "pes": es[key].mean(axis=0),
+      "pes_merged": _numpy_merge(rp[key], es[key])[0],
     }[estimator]
     np.testing.assert_allclose(gradient[key], expected, rtol=1e-4, atol=1e-6)
     # The diagnostics are there whatever the estimator.
@@ -164,7 +167,14 @@ def test_combine(estimator):
 
 def test_combine_unknown_estimator():
   with pytest.raises(ValueError, match="merged"):
-    estimators.combine({"a": tf.zeros([2])}, {"a": tf.zeros([2])}, "pes")
+    estimators.combine({"a": tf.zeros([2])}, {"a": tf.zeros([2])}, "persistent")
+
+
+def test_only_the_pes_estimators_need_persistent_workers():
+  persistent = [e for e in estimators.ESTIMATORS if estimators.is_persistent(e)]
+  assert persistent == ["pes", "pes_merged"]
+  with pytest.raises(ValueError, match="merged"):
+    estimators.is_persistent("persistent")
 
 
 # finite_mask and clip_by_value.

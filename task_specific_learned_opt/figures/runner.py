@@ -1,0 +1,134 @@
+"""Runs one figure experiment and writes what it plots: NAME.png, NAME.json, the gin config.
+
+  bin/figure --gin_file gin/figures/fig2_toy_momentum.gin --output_dir runs/fig2_toy_momentum
+
+A figure experiment is an `Experiment` bound in gin (`run_figure.experiment = @ToyTwoMinimum()`).
+`compute(panels)` does the work and returns every number the figure plots, as JSON-ready Python
+(lists, floats, strings), with the settings that made them; `plot(result)` draws the figure from
+that result alone, so a figure can be redrawn from its JSON. Experiments report each finished
+panel with `panels.done(...)`, which logs one line with the elapsed time.
+"""
+
+import abc
+import json
+import math
+import os
+import time
+
+import gin
+import numpy as np
+from absl import logging
+from matplotlib import figure
+
+from task_specific_learned_opt import checkpoints
+
+JSON_INDENT = 1
+
+
+class Panels:
+  """Logs one line per finished panel of a figure, with the time since the experiment started."""
+
+  def __init__(self, name: str):
+    """Starts the clock.
+
+    Args:
+      name: the figure's name, which starts every line.
+    """
+    self.name = name
+    self.start = time.time()
+    self.finished: list[dict] = []
+
+  def done(self, panel: str, summary: str = "") -> None:
+    """Logs that `panel` is finished, with a one-line summary of what it shows.
+
+    Args:
+      panel: the panel's label, e.g. "(c) final loss against theta".
+      summary: a few numbers from the panel, e.g. "max |dl/dtheta| = 3.1e+08 at T = 1000".
+    """
+    seconds = time.time() - self.start
+    self.finished.append({"panel": panel, "seconds": round(seconds, 3)})
+    logging.info("%s: panel %s done after %.1f s. %s", self.name, panel, seconds, summary)
+
+
+class Experiment(abc.ABC):
+  """One figure: compute the numbers, then draw them."""
+
+  @abc.abstractmethod
+  def compute(self, panels: Panels) -> dict:
+    """Runs the experiment; returns every number the figure plots and the settings (JSON-ready).
+
+    Args:
+      panels: where each finished panel is reported.
+    """
+
+  @abc.abstractmethod
+  def plot(self, result: dict) -> figure.Figure:
+    """The figure, drawn from `compute`'s result alone.
+
+    Args:
+      result: what `compute` returned (or its JSON, read back).
+    """
+
+
+def to_json(value: object) -> object:
+  """`value` with numpy arrays and scalars as lists and Python numbers; NaN and inf as strings.
+
+  Args:
+    value: a nest of dicts, lists, tuples, numpy arrays and numbers.
+
+  Returns:
+    The same nest in types json.dump writes as standard JSON (non-finite floats become "nan",
+    "inf" or "-inf", which json.dump would otherwise write as invalid JSON).
+  """
+  if isinstance(value, dict):
+    return {str(k): to_json(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [to_json(v) for v in value]
+  if isinstance(value, np.ndarray):
+    return to_json(value.tolist())
+  if isinstance(value, np.generic):
+    return to_json(value.item())
+  if isinstance(value, float) and not math.isfinite(value):
+    return str(value)
+  return value
+
+
+def from_json(value: object) -> object:
+  """Undoes `to_json`'s strings for non-finite floats ("nan", "inf", "-inf")."""
+  if isinstance(value, dict):
+    return {k: from_json(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return [from_json(v) for v in value]
+  if value in ("nan", "inf", "-inf"):
+    return float(value)
+  return value
+
+
+@gin.configurable
+def run_figure(output_dir: str, name: str, experiment: Experiment = gin.REQUIRED) -> dict:
+  """Runs `experiment`; writes NAME.json, NAME.png and the operative gin config to output_dir.
+
+  Args:
+    output_dir: where the files are written (created if missing).
+    name: the figure's name (the gin file's, e.g. "fig2_toy_momentum").
+    experiment: the figure experiment, bound in the gin file.
+
+  Returns:
+    The result as written to NAME.json: the experiment's numbers plus "figure" (the name),
+    "seconds" (wall-clock time of compute) and "panels" (each panel's finishing time).
+  """
+  os.makedirs(output_dir, exist_ok=True)
+  panels = Panels(name)
+  result = dict(experiment.compute(panels))
+  result.update(figure=name, seconds=round(time.time() - panels.start, 3), panels=panels.finished)
+  result = to_json(result)
+  json_path = os.path.join(output_dir, f"{name}.json")
+  with open(json_path + ".tmp", "w") as f:
+    json.dump(result, f, indent=JSON_INDENT)
+  os.replace(json_path + ".tmp", json_path)
+  png_path = os.path.join(output_dir, f"{name}.png")
+  fig = experiment.plot(from_json(result))
+  fig.savefig(png_path, dpi=110, bbox_inches="tight")
+  checkpoints.write_operative_config(output_dir)
+  logging.info("%s: wrote %s and %s in %.1f s.", name, png_path, json_path, result["seconds"])
+  return result
