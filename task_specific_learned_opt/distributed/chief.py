@@ -58,6 +58,15 @@ def configured_estimator() -> str:
   return estimator
 
 
+def configured_batch_size() -> int:
+  """The batch size a Chief made now would use: gin's `Chief.batch_size`, or BATCH_SIZE.
+
+  Local mode runs this many workers by default, so that every batch holds one sample of each
+  worker's inner run, as the paper's asynchronous workers give (local.train_local).
+  """
+  return int(gin.get_bindings(Chief).get("batch_size", BATCH_SIZE))
+
+
 @gin.configurable
 class Chief:
   """Holds theta and applies merged gradient estimates to it with Adam."""

@@ -60,7 +60,8 @@ class _WorkersState(tf.train.experimental.PythonState):
     if len(value["states"]) != len(self.worker_loops):
       raise train_dir_lib.CheckpointError(
         f"The checkpoint holds {len(value['states'])} workers, this run has "
-        f"{len(self.worker_loops)}."
+        f"{len(self.worker_loops)}: resume with --gin_bindings "
+        f"'train_local.num_workers = {len(value['states'])}'."
       )
     for loop, state in zip(self.worker_loops, value["states"], strict=True):
       loop.state = state
@@ -76,7 +77,7 @@ class _WorkersState(tf.train.experimental.PythonState):
 @gin.configurable(denylist=["train_dir", "setup", "resume_changed_experiment"])
 def train_local(
   train_dir: str,
-  num_workers: int = 8,
+  num_workers: int | None = None,
   setup: outer_lib.OuterTraining | None = None,
   final_evaluation: Callable[[str, lopt_base.LearnedOptimizer, lopt_base.Theta], object]
   | None = None,
@@ -88,7 +89,12 @@ def train_local(
 
   Args:
     train_dir: where checkpoints, theta exports, summaries and plots go.
-    num_workers: workers, each with its own inner-training run.
+    num_workers: W, workers, each with its own inner-training run; None: the chief's batch
+      size (Chief.batch_size), so that every batch holds one sample of each of W independent
+      inner runs, as the paper's asynchronous workers give. A smaller W makes each batch hold
+      consecutive truncations of fewer inner runs (correlated samples, which distort the
+      merge's variance estimates); it keeps fewer inner states in memory and advances each
+      inner run faster per outer step.
     setup: the experiment; gin's `outer_training()` if None.
     final_evaluation: called as final_evaluation(output_dir, lopt, theta) once the last outer
       step is reached (e.g. evaluation.compare_with_tuned_baseline); results go to
@@ -106,6 +112,8 @@ def train_local(
       this means the chief was configured in another gin scope).
   """
   setup = setup if setup is not None else outer_lib.outer_training()
+  if num_workers is None:
+    num_workers = chief_lib.configured_batch_size()
   transport = in_process.InProcessTransport()
   persistent = estimators.is_persistent(chief_lib.configured_estimator())
   worker_loops = [

@@ -5,6 +5,7 @@
       take a batch (or, if fewer samples are queued, call idle() and try again);
       filter (samples of a theta this chief never had, duplicates);
       apply (drop stale and non-finite, merge, Adam); publish theta; record; checkpoint if due.
+      (stop early once outer_training.max_inner_steps inner steps are taken)
     save; tell the workers training has finished.
   WorkerLoop(worker, transport).run():
     until training has finished: read theta, compute one sample from the worker's inner run
@@ -106,6 +107,14 @@ def chief_loop(
   stats, samples_taken, active = {}, 0, False
   try:
     while chief.step < setup.num_outer_steps:
+      if files.budget_reached():
+        logging.info(
+          "The budget of %d inner steps is reached (%d taken) at outer step %d; stopping.",
+          setup.max_inner_steps,
+          files.inner_steps.total,
+          chief.step,
+        )
+        break
       stopping.check()  # Between outer steps: the safe point for SIGTERM.
       active = True
       batch = transport.take_samples(chief.batch_size)
@@ -113,6 +122,7 @@ def chief_loop(
         idle()
         continue
       samples_taken += len(batch.loss_plus)
+      files.inner_steps.add(batch.num_steps, batch.worker_id)
       keep, num_lost, num_duplicate = accept(batch)
       if not keep.any():
         logging.warning("A whole batch was from a lost theta or seen before; skipped.")

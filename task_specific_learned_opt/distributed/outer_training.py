@@ -24,6 +24,7 @@ from task_specific_learned_opt.tasks import base as task_base
 # without making it another experiment (fnmatch patterns over "scope/selector.parameter").
 RESUMABLE_BINDINGS = (
   "outer_training.num_outer_steps",
+  "outer_training.max_inner_steps",
   "outer_training.checkpoint_every_secs",
   "outer_training.keep_checkpoints",
   "outer_training.log_every",
@@ -102,6 +103,7 @@ class OuterTraining(NamedTuple):
   keep_checkpoints: int
   log_every: int
   record_samples: bool = False
+  max_inner_steps: int | None = None
 
 
 @gin.configurable
@@ -114,6 +116,7 @@ def outer_training(
   keep_checkpoints: int = 3,
   log_every: int = 1,
   record_samples: bool = False,
+  max_inner_steps: int | None = None,
 ) -> OuterTraining:
   """The experiment.
 
@@ -128,6 +131,9 @@ def outer_training(
     record_samples: also record, per outer step, which samples it applied (worker, worker run,
       sample index, chief incarnation, theta version) in progress.jsonl, for audits such as
       benchmarks/fault_injection.py.
+    max_inner_steps: also stop once the samples taken add up to this many inner steps (the sum
+      of their K, train_dir.InnerSteps), e.g. to compare configurations at an equal budget of
+      inner steps (the paper's Fig. 8); None: no budget.
   """
   return OuterTraining(
     family,
@@ -138,4 +144,5 @@ def outer_training(
     int(keep_checkpoints),
     int(log_every),
     bool(record_samples),
+    None if max_inner_steps is None else int(max_inner_steps),
   )

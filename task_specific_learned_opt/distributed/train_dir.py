@@ -12,9 +12,13 @@ What the chief writes, in local mode and on a cluster alike:
                      a restart with another experiment is refused, nothing overwritten;
   experiment_changes.jsonl  experiments it held before a deliberate change
                      (resume_changed_experiment), with the outer step of the change.
+Every record counts the inner steps behind it (InnerSteps: the K of every sample the chief has
+taken, in all and per worker), so curves can be drawn against inner steps as the paper's Fig. 8
+is, and `outer_training.max_inner_steps` stops a run at a budget of them.
 A restart resumes from the latest checkpoint and forgets records of steps after it. The
-checkpoint also holds the lineage of theta: which (chief incarnation, theta version) ranges led
-to it, so that samples of a theta from a lost branch are never applied (loops.SampleFilter).
+checkpoint also holds the inner-step counts and the lineage of theta: which (chief incarnation,
+theta version) ranges led to it, so that samples of a theta from a lost branch are never applied
+(loops.SampleFilter).
 """
 
 import contextlib
@@ -26,6 +30,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -55,6 +60,7 @@ SUMMARY_KEYS = (
   "num_lost_theta",  # Cluster mode: samples of a theta a restarted chief never had.
   "num_duplicate",
   "num_workers_in_batch",
+  "inner_steps",
 )
 
 
@@ -97,6 +103,38 @@ class Lineage(tf.train.experimental.PythonState):
   def deserialize(self, string_value: bytes) -> None:
     """Restores the ranges of the runs before this one."""
     self.past = [tuple(r) for r in json.loads(string_value.decode())]
+
+
+class InnerSteps(tf.train.experimental.PythonState):
+  """Inner steps behind theta: the sum of K over every sample the chief has taken, per worker.
+
+  A sample of K steps advanced its worker's inner run by K steps (its + and - unrolls ran K steps
+  each). Samples the chief took and then dropped (stale, non-finite, from a lost theta) count
+  too: their inner steps were run. Saved in the checkpoint, so a resumed run keeps counting.
+  """
+
+  def __init__(self) -> None:
+    """Starts from zero."""
+    self.total = 0
+    self.per_worker: dict[int, int] = {}
+
+  def add(self, num_steps: Any, worker_ids: Any) -> None:
+    """Counts a batch: `num_steps` [B] (each sample's K) by `worker_ids` [B]."""
+    for k, worker in zip(
+      np.asarray(num_steps).tolist(), np.asarray(worker_ids).tolist(), strict=True
+    ):
+      self.total += int(k)
+      self.per_worker[int(worker)] = self.per_worker.get(int(worker), 0) + int(k)
+
+  def serialize(self) -> bytes:
+    """The counts as JSON."""
+    return json.dumps({"total": self.total, "per_worker": self.per_worker}).encode()
+
+  def deserialize(self, string_value: bytes) -> None:
+    """Restores the counts."""
+    value = json.loads(string_value.decode())
+    self.total = int(value["total"])
+    self.per_worker = {int(k): int(v) for k, v in value["per_worker"].items()}
 
 
 def format_seconds(seconds: float) -> str:
@@ -232,9 +270,13 @@ class ChiefFiles:
     self.setup = setup
     self.chief = chief_lib.Chief(lopt=setup.lopt, seed=setup.seed)
     self.lineage = Lineage(self.chief)
+    self.inner_steps = InnerSteps()
     self.title = f"{title}, batch {self.chief.batch_size}"
     self.checkpoint = tf.train.Checkpoint(
-      **self.chief.checkpoint_items(), lineage=self.lineage, **checkpoint_items
+      **self.chief.checkpoint_items(),
+      lineage=self.lineage,
+      inner_steps=self.inner_steps,
+      **checkpoint_items,
     )
     self.manager = tf.train.CheckpointManager(
       self.checkpoint,
@@ -322,23 +364,31 @@ class ChiefFiles:
     if time.time() - self.last_save >= self.setup.checkpoint_every_secs:
       self.save()
 
+  def budget_reached(self) -> bool:
+    """Whether the inner steps taken have reached outer_training.max_inner_steps (if set)."""
+    budget = self.setup.max_inner_steps
+    return budget is not None and self.inner_steps.total >= budget
+
   def record(self, stats: dict, samples_done: int) -> dict:
-    """Adds the step, rates and elapsed time to `stats`, records them and logs a line."""
+    """Adds the step, rates, inner steps and elapsed time to `stats`, records them, logs a line."""
     step, total = self.chief.step, self.setup.num_outer_steps
     elapsed = time.time() - self.start_time
     stats.update(
       outer_step=step,
       samples_per_second=samples_done / max(elapsed, 1e-9),
       elapsed_seconds=elapsed,
+      inner_steps=self.inner_steps.total,
+      inner_steps_per_worker={str(k): v for k, v in sorted(self.inner_steps.per_worker.items())},
     )
     self.recorder.record(stats)
     if step % self.setup.log_every == 0 or step == total:
       steps_per_second = (step - self.start_step) / max(elapsed, 1e-9)
       logging.info(
-        "outer step %d/%d  outer loss %.4f  K %.0f  %.2f samples/s  ES weight %.2f  "
-        "dropped %d  staleness %.1f  ETA %s",
+        "outer step %d/%d  inner steps %d  outer loss %.4f  K %.0f  %.2f samples/s  "
+        "ES weight %.2f  dropped %d  staleness %.1f  ETA %s",
         step,
         total,
+        stats["inner_steps"],
         stats["outer_loss"],
         stats["mean_num_steps"],
         stats["samples_per_second"],

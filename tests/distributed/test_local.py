@@ -37,10 +37,12 @@ def _bind_small(estimator="merged"):
 FAMILY, LOPT = quadratic.QuadraticFamily(dim=4), mlp_lopt.MLPLOpt()
 
 
-def _train(train_dir, steps, lopt=None, estimator="merged"):
+def _train(train_dir, steps, lopt=None, estimator="merged", num_workers=2, **experiment):
   _bind_small(estimator)
-  setup = outer_training.outer_training(family=FAMILY, lopt=lopt or LOPT, num_outer_steps=steps)
-  return local.train_local(str(train_dir), num_workers=2, setup=setup)
+  setup = outer_training.outer_training(
+    family=FAMILY, lopt=lopt or LOPT, num_outer_steps=steps, **experiment
+  )
+  return local.train_local(str(train_dir), num_workers=num_workers, setup=setup)
 
 
 def _theta(train_dir, lopt=None):
@@ -69,6 +71,10 @@ def test_a_resumed_run_continues_exactly(tmp_path, estimator):
   assert [r["outer_loss"] for r in _records(tmp_path / "resumed")] == [
     r["outer_loss"] for r in _records(tmp_path / "straight")
   ]
+  # Inner steps are counted across the resume: 3 samples of K = 4 per outer step, the samples
+  # taken in turn from the 2 workers.
+  assert [r["inner_steps"] for r in _records(tmp_path / "resumed")] == [12, 24, 36, 48]
+  assert _records(tmp_path / "resumed")[-1]["inner_steps_per_worker"] == {"0": 24, "1": 24}
   assert not np.array_equal(  # theta did move.
     tf.nest.flatten(straight)[0], tf.nest.flatten(mlp_lopt.MLPLOpt().init(0))[0]
   )
@@ -272,3 +278,26 @@ def test_sigterm_saves_a_checkpoint_and_exits_0(tmp_path):
   assert last_step < 1000  # ...before the end...
   latest = tf.train.latest_checkpoint(str(tmp_path / checkpoints.CHECKPOINT_DIRNAME))
   assert latest.endswith(f"-{last_step}")  # ...with the last finished step saved.
+
+
+def test_a_budget_of_inner_steps_stops_the_run(tmp_path):
+  # 12 inner steps per outer step: the budget of 30 is reached after the third batch.
+  stats = _train(tmp_path, 100, max_inner_steps=30)
+  assert stats["outer_step"] == 3 and stats["inner_steps"] == 36
+  assert [r["inner_steps"] for r in _records(tmp_path)] == [12, 24, 36]
+  # Resuming a run whose budget is reached takes no step.
+  _train(tmp_path, 100, max_inner_steps=30)
+  assert len(_records(tmp_path)) == 3
+
+
+def _workers_per_batch(train_dir):
+  return [[sample[0] for sample in r["samples"]] for r in _records(train_dir)]
+
+
+def test_by_default_every_sample_of_a_batch_comes_from_its_own_inner_run(tmp_path):
+  # W defaults to the batch size (3): each batch holds one sample of each worker's inner run.
+  _train(tmp_path / "default", 4, num_workers=None, record_samples=True)
+  assert [sorted(w) for w in _workers_per_batch(tmp_path / "default")] == [[0, 1, 2]] * 4
+  # Fewer workers than samples: a batch holds consecutive truncations of one inner run.
+  _train(tmp_path / "two", 4, num_workers=2, record_samples=True)
+  assert any(len(set(w)) < len(w) for w in _workers_per_batch(tmp_path / "two"))
