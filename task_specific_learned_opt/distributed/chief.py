@@ -180,6 +180,12 @@ class Chief:
       "rp_variance": _mean_over_coordinates(merge.rp_variance),
       "es_variance": _mean_over_coordinates(merge.es_variance),
       "es_weight": _mean_over_coordinates(merge.es_weight),
+      # Per coordinate, the variance of one sample's merged estimate: w_rp^2 v_rp + w_es^2 v_es
+      # = v_rp v_es / (v_rp + v_es) = v_es * w_es (the batch mean's is this over N). Written
+      # with v_es, which stays finite when v_rp explodes (Fig. 4).
+      "merged_variance": _mean_over_coordinates(
+        tf.nest.map_structure(tf.multiply, merge.es_variance, merge.es_weight)
+      ),
       "gradient_norm": tf.linalg.global_norm(tf.nest.flatten(gradient)),
     }
 
@@ -195,7 +201,8 @@ class Chief:
       Statistics of the update as Python numbers: applied, num_kept, num_dropped (non-finite),
       num_stale, outer_loss, loss_plus, loss_minus, rp_variance, es_variance (mean
       per-coordinate variances; of g_pes for the PES estimators), es_weight (mean ES weight of
-      the merge), gradient_norm,
+      the merge), merged_variance (mean per-coordinate variance of a sample's merged estimate,
+      v_rp v_es / (v_rp + v_es)), gradient_norm,
       mean_num_steps, mean_inner_step, max_staleness, mean_staleness, seconds.
 
     Raises:

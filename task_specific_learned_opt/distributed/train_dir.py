@@ -51,6 +51,7 @@ SUMMARY_KEYS = (
   "rp_variance",
   "es_variance",
   "es_weight",
+  "merged_variance",
   "gradient_norm",
   "num_dropped",
   "num_stale",

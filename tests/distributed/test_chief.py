@@ -45,6 +45,9 @@ def test_one_update_is_the_numpy_merge_then_adam():
   assert boss.step == 1 and stats["applied"] and stats["num_kept"] == 6
   assert stats["outer_loss"] == pytest.approx(np.mean([2.0, 2.1, 2.2, 2.3, 2.4, 2.5] + [2.1] * 6))
   np.testing.assert_allclose(stats["es_weight"], np.mean(v_rp / (v_rp + v_es)), rtol=1e-4)
+  np.testing.assert_allclose(
+    stats["merged_variance"], np.mean(v_rp * v_es / (v_rp + v_es)), rtol=1e-4
+  )
 
 
 def test_non_finite_samples_never_reach_theta():
