@@ -2,6 +2,7 @@
 
 import importlib.machinery
 import importlib.util
+import json
 import os
 
 from absl import flags
@@ -30,6 +31,24 @@ def load_binary(name: str):
     loader.exec_module(module)
     _LOADED.update(name=name, module=module, flags=set(flags.FLAGS) - before)
   return _LOADED["module"]
+
+
+def run_main(name: str, argv: list):
+  """Runs bin/<name>'s main() with the command line `argv` (argv[0] is the program name)."""
+  binary = load_binary(name)
+  flags.FLAGS.unparse_flags()
+  flags.FLAGS(argv)
+  return binary.main(argv[:1])
+
+
+def run_figure(output_dir, gin_name: str, bindings=()) -> dict:
+  """Runs bin/figure on gin/figures/<gin_name> with `bindings`; returns the JSON it wrote."""
+  gin_name = gin_name if gin_name.endswith(".gin") else gin_name + ".gin"
+  argv = ["figure", f"--gin_file={os.path.join(REPO, 'gin', 'figures', gin_name)}"]
+  argv += [f"--output_dir={output_dir}", *[f"--gin_bindings={b}" for b in bindings]]
+  run_main("figure", argv)
+  with open(os.path.join(output_dir, gin_name[: -len(".gin")] + ".json")) as f:
+    return json.load(f)
 
 
 def small_generated_family(**kwargs) -> families.ClassSubsetFamily:

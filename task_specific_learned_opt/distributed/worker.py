@@ -148,27 +148,42 @@ class Worker:
     params = self.task(task_index).init_params(seeds_lib.fold_in(self.task_seed(task_index), 0))
     return self.lopt.opt_fn(theta).init(params)
 
-  def _compiled(self, task: task_base.Task) -> Callable[..., truncated_unroll.TruncationSample]:
+  def _compiled(
+    self, task: task_base.Task
+  ) -> Callable[..., truncated_unroll.TruncationSample | truncated_unroll.PESTruncationSample]:
     # Workers of one process with the same configuration share one trace: the task's data is an
-    # argument, so any task of the family runs through it.
-    key = (id(self.family), id(self.lopt), self.sigma, self.objective, self.recompute, False)
+    # argument, so any task of the family runs through it. The start is (inner state,) for a
+    # truncated-ES worker and (+ state, - state, accumulator) for a persistent one.
+    key = (
+      id(self.family),
+      id(self.lopt),
+      self.sigma,
+      self.objective,
+      self.recompute,
+      self.persistent,
+    )
     if key not in _SAMPLE_FNS:
       template, lopt, sigma, objective, recompute = task, self.lopt, *key[2:5]
+      sample = (
+        truncated_unroll.pes_truncation_sample
+        if self.persistent
+        else truncated_unroll.truncation_sample
+      )
 
       @tf.function(autograph=False, reduce_retracing=True)
       def sample_fn(
         theta: lopt_base.Theta,
-        inner_state: opt_base.OptState,
+        start: tuple,
         task_data: Any,
         num_steps: tf.Tensor,
         data_seed: tf.Tensor,
         perturbation_seed: tf.Tensor,
-      ) -> truncated_unroll.TruncationSample:
-        return truncated_unroll.truncation_sample(
+      ) -> truncated_unroll.TruncationSample | truncated_unroll.PESTruncationSample:
+        return sample(
           template.with_data(task_data),
           lopt,
           theta,
-          inner_state,
+          *start,
           num_steps,
           data_seed,
           perturbation_seed,
@@ -178,43 +193,6 @@ class Worker:
         )
 
       # Holding the family and lopt keeps their ids from being reused by other objects.
-      _SAMPLE_FNS[key] = (sample_fn, self.family, lopt)
-    return _SAMPLE_FNS[key][0]
-
-  def _compiled_pes(
-    self, task: task_base.Task
-  ) -> Callable[..., truncated_unroll.PESTruncationSample]:
-    # As _compiled, for the PES truncation.
-    key = (id(self.family), id(self.lopt), self.sigma, self.objective, self.recompute, True)
-    if key not in _SAMPLE_FNS:
-      template, lopt, sigma, objective, recompute = task, self.lopt, *key[2:5]
-
-      @tf.function(autograph=False, reduce_retracing=True)
-      def sample_fn(
-        theta: lopt_base.Theta,
-        state_plus: opt_base.OptState,
-        state_minus: opt_base.OptState,
-        accumulator: pes.Accumulator,
-        task_data: Any,
-        num_steps: tf.Tensor,
-        data_seed: tf.Tensor,
-        perturbation_seed: tf.Tensor,
-      ) -> truncated_unroll.PESTruncationSample:
-        return truncated_unroll.pes_truncation_sample(
-          template.with_data(task_data),
-          lopt,
-          theta,
-          state_plus,
-          state_minus,
-          accumulator,
-          num_steps,
-          data_seed,
-          perturbation_seed,
-          sigma,
-          objective,
-          recompute,
-        )
-
       _SAMPLE_FNS[key] = (sample_fn, self.family, lopt)
     return _SAMPLE_FNS[key][0]
 
@@ -275,9 +253,8 @@ class Worker:
     done = inner_step + num_steps >= self.horizon
     if self.persistent:
       accumulator = tf.nest.map_structure(tf.convert_to_tensor, state.accumulator)
-      result = self._compiled_pes(task)(
-        theta, state.inner_state, state.minus_state, accumulator, *args
-      )
+      start = (state.inner_state, state.minus_state, accumulator)
+      result = self._compiled(task)(theta, start, *args)
       g_es = result.g_pes
       next_state = WorkerState(
         task_index=state.task_index,
@@ -287,7 +264,7 @@ class Worker:
         accumulator=None if done else result.accumulator,
       )
     else:
-      result = self._compiled(task)(theta, state.inner_state, *args)
+      result = self._compiled(task)(theta, (state.inner_state,), *args)
       g_es = result.g_es
       next_state = WorkerState(
         task_index=state.task_index,

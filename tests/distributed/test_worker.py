@@ -135,7 +135,7 @@ def test_a_persistent_worker_replayed_by_hand():
   expected = pes.gradient(loss_plus, loss_minus, e, w.sigma)
   np.testing.assert_allclose(sample.g_es, base.flatten(expected), rtol=1e-4, atol=1e-7)
   # One trace for every truncation, task and accumulator count.
-  assert w._compiled_pes(w.task(1)).experimental_get_tracing_count() == 1
+  assert w._compiled(w.task(1)).experimental_get_tracing_count() == 1
 
 
 def test_a_persistent_worker_starts_a_new_task_from_a_state_without_the_minus_unroll():

@@ -1,6 +1,5 @@
 """The exploding learning-rate gradient (Sec. 2.3, App. A): closed form against backprop."""
 
-import json
 import os
 
 import gin
@@ -8,7 +7,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import testing_utils
-from absl import flags
 
 from task_specific_learned_opt import inner_training  # noqa: F401 - registers clip_loss.
 from task_specific_learned_opt.figures import exploding
@@ -130,7 +128,6 @@ class _Panels:
 
 @pytest.mark.integration
 def test_gin_file_through_bin_figure(tmp_path):
-  binary = testing_utils.load_binary("figure")
   name = "exploding_lr_gradient"
   bindings = [
     "ExplodingLearningRateGradient.max_num_steps = 20",
@@ -138,16 +135,7 @@ def test_gin_file_through_bin_figure(tmp_path):
     "ExplodingLearningRateGradient.closed_form_every = 5",
     "ExplodingLearningRateGradient.dim = 3",
   ]
-  argv = [
-    "figure",
-    f"--gin_file={os.path.join(testing_utils.REPO, 'gin/figures', name + '.gin')}",
-    f"--output_dir={tmp_path}",
-  ] + [f"--gin_bindings={b}" for b in bindings]
-  flags.FLAGS.unparse_flags()
-  flags.FLAGS(argv)
-  binary.main(argv[:1])
-  with open(tmp_path / f"{name}.json") as f:
-    result = json.load(f)
+  result = testing_utils.run_figure(tmp_path, name, bindings)
   assert result["learning_rates"] == [1.0, 2.2] and result["lambda_max"] == pytest.approx(1.0)
   assert result["num_steps"] == list(range(1, 21))
   assert result["closed_form_num_steps"] == [1, 5, 10, 15, 20]

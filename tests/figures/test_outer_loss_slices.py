@@ -1,13 +1,11 @@
 """Fig. 2e-f: the slices against direct recomputations with inner_training.unroll; bin/figure."""
 
-import json
 import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import testing_utils
-from absl import flags
 
 from task_specific_learned_opt import checkpoints, inner_training
 from task_specific_learned_opt import seeds as seeds_lib
@@ -188,15 +186,8 @@ def test_bin_figure_writes_the_plotted_numbers(tmp_path):
     "OuterLossSlices.num_line_points = 7",
     "OuterLossSlices.grid_size = 5",
   ]
-  binary = testing_utils.load_binary("figure")
-  gin_file = os.path.join(testing_utils.REPO, "gin/figures/fig2ef_outer_loss_slices.gin")
-  argv = ["figure", f"--output_dir={tmp_path}", f"--gin_file={gin_file}"]
-  argv += [f"--gin_bindings={b}" for b in bindings]
-  flags.FLAGS.unparse_flags()
-  flags.FLAGS(argv)
-  binary.main(argv[:1])
+  result = testing_utils.run_figure(tmp_path, "fig2ef_outer_loss_slices", bindings)
   assert os.path.getsize(tmp_path / "fig2ef_outer_loss_slices.png") > 1000
-  result = json.load(open(tmp_path / "fig2ef_outer_loss_slices.json"))
   assert result["figure"] == "fig2ef_outer_loss_slices"
   assert result["data"] == trajectories.DATA_DESCRIPTIONS["generated"]
   assert result["loss_clip"] == 10.0

@@ -9,7 +9,7 @@ import gin
 import numpy as np
 import pytest
 import testing_utils
-from absl import app, flags
+from absl import app
 from matplotlib import figure
 
 from task_specific_learned_opt import (
@@ -75,13 +75,6 @@ def test_every_figure_gin_file_binds_an_experiment(path):
   assert issubclass(experiment.configurable.wrapped, runner.Experiment)
 
 
-def _run_figure_main(argv):
-  binary = testing_utils.load_binary("figure")
-  flags.FLAGS.unparse_flags()
-  flags.FLAGS(argv)
-  return binary.main(argv[:1])
-
-
 def test_theta_dir_flag_binds_the_experiments_theta(tmp_path, monkeypatch):
   seen = {}
   monkeypatch.setattr(
@@ -90,8 +83,9 @@ def test_theta_dir_flag_binds_the_experiments_theta(tmp_path, monkeypatch):
     lambda d, n: seen.update(theta=gin.query_parameter("OuterLossSlices.theta_dir"), name=n),
   )
   gin_file = os.path.join(testing_utils.REPO, "gin/figures/fig2ef_outer_loss_slices.gin")
-  _run_figure_main(
-    ["figure", f"--gin_file={gin_file}", f"--theta_dir={tmp_path}", f"--output_dir={tmp_path}"]
+  testing_utils.run_main(
+    "figure",
+    ["figure", f"--gin_file={gin_file}", f"--theta_dir={tmp_path}", f"--output_dir={tmp_path}"],
   )
   assert seen == {"theta": str(tmp_path), "name": "fig2ef_outer_loss_slices"}
 
@@ -99,4 +93,5 @@ def test_theta_dir_flag_binds_the_experiments_theta(tmp_path, monkeypatch):
 def test_theta_dir_flag_is_refused_by_an_experiment_without_theta(tmp_path):
   gin_file = os.path.join(testing_utils.REPO, "gin/figures/fig2_toy_momentum.gin")
   with pytest.raises(app.UsageError, match="ToyTwoMinimum does not take a theta"):
-    _run_figure_main(["figure", f"--gin_file={gin_file}", f"--theta_dir={tmp_path}"])
+    argv = ["figure", f"--gin_file={gin_file}", f"--theta_dir={tmp_path}"]
+    testing_utils.run_main("figure", argv)

@@ -1,13 +1,11 @@
 """The toy two-minimum experiments (Fig. 2a-c, App. B): worked steps, gradients and the binary."""
 
-import json
 import os
 
 import gin
 import numpy as np
 import pytest
 import testing_utils
-from absl import flags
 
 from task_specific_learned_opt import inner_training  # noqa: F401 - registers clip_loss.
 from task_specific_learned_opt.figures import toy as toy_figure
@@ -128,20 +126,6 @@ TINY = [
 ]
 
 
-def _run_figure(tmp_path, name):
-  binary = testing_utils.load_binary("figure")
-  argv = [
-    "figure",
-    f"--gin_file={os.path.join(testing_utils.REPO, 'gin/figures', name + '.gin')}",
-    f"--output_dir={tmp_path}",
-  ] + [f"--gin_bindings={b}" for b in TINY]
-  flags.FLAGS.unparse_flags()
-  flags.FLAGS(argv)
-  binary.main(argv[:1])
-  with open(tmp_path / f"{name}.json") as f:
-    return json.load(f)
-
-
 @pytest.mark.integration
 @pytest.mark.parametrize(
   "name, theta_name, learning_rate, momentum",
@@ -152,7 +136,7 @@ def _run_figure(tmp_path, name):
   ],
 )
 def test_gin_files_through_bin_figure(tmp_path, name, theta_name, learning_rate, momentum):
-  result = _run_figure(tmp_path, name)
+  result = testing_utils.run_figure(tmp_path, name, TINY)
   assert result["theta_name"] == theta_name
   assert result["learning_rate"] == learning_rate and result["momentum"] == momentum
   assert result["w0"] == -1.2 and result["num_steps"] == [5, 20]

@@ -1,13 +1,11 @@
 """Fig. 2d: the projection, the spreads, the trajectories against direct runs, and bin/figure."""
 
-import json
 import os
 
 import gin
 import numpy as np
 import pytest
 import testing_utils
-from absl import flags
 
 from task_specific_learned_opt import inner_training
 from task_specific_learned_opt.figures import runner, trajectories
@@ -148,16 +146,9 @@ def test_loss_clip_reads_the_binding():
 
 
 def _run_figure(tmp_path, gin_name, bindings):
-  binary = testing_utils.load_binary("figure")
-  argv = ["figure", f"--output_dir={tmp_path}"]
-  argv += [f"--gin_bindings={b}" for b in bindings]
-  argv.append(f"--gin_file={os.path.join(testing_utils.REPO, 'gin/figures', gin_name)}")
-  flags.FLAGS.unparse_flags()
-  flags.FLAGS(argv)
-  binary.main(argv[:1])
-  name = os.path.splitext(gin_name)[0]
-  assert os.path.getsize(tmp_path / f"{name}.png") > 1000
-  return json.load(open(tmp_path / f"{name}.json"))
+  result = testing_utils.run_figure(tmp_path, gin_name, bindings)
+  assert os.path.getsize(tmp_path / f"{os.path.splitext(gin_name)[0]}.png") > 1000
+  return result
 
 
 TINY_TASK = [

@@ -1,7 +1,6 @@
 """Fig. 3 / App. G truncation bias: truncated gradients, carried state, PES, rolling average."""
 
 import glob
-import json
 import math
 import os
 
@@ -10,7 +9,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import testing_utils
-from absl import flags
 
 from task_specific_learned_opt import (
   configurables,  # noqa: F401
@@ -236,16 +234,9 @@ TINY = [
 
 
 def _run_figure(tmp_path, gin_file, extra=()):
-  binary = testing_utils.load_binary("figure")
-  argv = ["figure", f"--output_dir={tmp_path}"]
-  argv += [f"--gin_bindings={b}" for b in TINY + list(extra)]
-  argv.append(f"--gin_file={os.path.join(testing_utils.REPO, 'gin', 'figures', gin_file)}")
-  flags.FLAGS.unparse_flags()
-  flags.FLAGS(argv)
-  binary.main(argv[:1])
-  name = os.path.splitext(gin_file)[0]
-  assert os.path.getsize(tmp_path / f"{name}.png") > 1000
-  return json.load(open(tmp_path / f"{name}.json"))
+  result = testing_utils.run_figure(tmp_path, gin_file, TINY + list(extra))
+  assert os.path.getsize(tmp_path / f"{os.path.splitext(gin_file)[0]}.png") > 1000
+  return result
 
 
 def _check_curve(curve, length, horizon=40, runs=2):
