@@ -10,11 +10,19 @@ from collections.abc import Callable, Sequence
 
 from absl import flags
 
-from task_specific_learned_opt import baselines, benchmark, checkpoints, gin_config, stopping
+from task_specific_learned_opt import (
+  ablations,
+  baselines,
+  benchmark,
+  checkpoints,
+  gin_config,
+  stopping,
+)
 from task_specific_learned_opt.distributed import cluster_spec, train_dir
 from task_specific_learned_opt.tasks import tfds_source
 
 USER_ERRORS = (
+  ablations.AblationError,
   gin_config.GinConfigError,
   tfds_source.DatasetNotPreparedError,
   tfds_source.DatasetDamagedError,

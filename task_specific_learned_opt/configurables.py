@@ -6,6 +6,7 @@ nothing in the package imports it, so it can import everything without cycles.
 
 # Imported for their @gin.configurable registrations.
 from task_specific_learned_opt import (  # noqa: F401
+  ablations,
   baselines,
   benchmark,
   evaluation,

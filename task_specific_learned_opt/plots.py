@@ -5,6 +5,7 @@ state or GUI backend, so plotting works headless, in threads and next to a user'
 """
 
 import textwrap
+import warnings
 
 import numpy as np
 from matplotlib import figure
@@ -113,3 +114,124 @@ def plot_losses(results: dict, path: str, title: str) -> None:
   ax.legend()
   fig.tight_layout()
   fig.savefig(path, dpi=100)
+
+
+def plot_ablations(study: dict, path: str, title: str) -> None:
+  """Fig. 8: per configuration, the seeds' outer loss averaged over the window, with quartiles."""
+  results = study["results"]
+  names = list(results)
+  fig = _figure((1.3 * max(len(names), 3) + 2, 4.2))
+  ax = fig.subplots()
+  for i, name in enumerate(names):
+    losses = np.asarray(results[name]["window_loss"], float)
+    finite = losses[np.isfinite(losses)]
+    if finite.size:
+      ax.boxplot(finite, positions=[i], widths=0.5, showfliers=False)
+    jitter = np.linspace(-0.12, 0.12, len(losses)) if len(losses) > 1 else np.zeros(1)
+    ax.plot(i + jitter, losses, "o", alpha=0.7, color=f"C{i % 10}")
+  ax.set_xticks(range(len(names)))
+  ax.set_xticklabels(names, rotation=20)
+  low, high = study["window"]
+  ax.set_ylabel(f"outer loss, mean over inner steps ({low:g}, {high:g}]")
+  ax.set_title("\n".join(textwrap.wrap(title, 90)), fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=90)
+
+
+def plot_ablation_curves(study: dict, path: str, title: str) -> None:
+  """App. F: per configuration, outer loss against inner steps; median, 25/75, one line per seed."""
+  results = study["results"]
+  x = np.asarray(study["curve_inner_steps"])
+  columns = min(4, max(len(results), 1))
+  rows = int(np.ceil(len(results) / columns)) or 1
+  fig = _figure((3.4 * columns, 2.9 * rows))
+  axes = np.atleast_1d(fig.subplots(rows, columns, sharex=True, sharey=True)).reshape(-1)
+  baseline = results.get("merged")
+  for ax, (name, r) in zip(axes, results.items(), strict=False):
+    curves = np.asarray(r["curves"], float)
+    for c in curves:
+      ax.plot(x, c, lw=0.6, alpha=0.6)
+    if curves.size:
+      with warnings.catch_warnings():  # Intervals before a run's first step are nan.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        q25, median, q75 = np.nanpercentile(curves, [25, 50, 75], axis=0)
+      ax.fill_between(x, q25, q75, alpha=0.25, color="k")
+      ax.plot(x, median, color="k", lw=2)
+    if baseline is not None and name != "merged" and len(baseline["curves"]):
+      with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        baseline_median = np.nanmedian(np.asarray(baseline["curves"], float), axis=0)
+      ax.plot(
+        x,
+        baseline_median,
+        "--",
+        color="gray",
+        lw=1,
+        label="merged (median)",
+      )
+      ax.legend(fontsize=7)
+    ax.axvspan(*study["window"], color="C1", alpha=0.08)
+    ax.set_title(name, fontsize=9)
+  for ax in axes[len(results) :]:
+    ax.set_visible(False)
+  for ax in axes[-columns:]:
+    ax.set_xlabel("cumulative inner steps")
+  for ax in axes[::columns]:
+    ax.set_ylabel("outer loss")
+  fig.suptitle("\n".join(textwrap.wrap(title, 120)), fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=90)
+
+
+def plot_evaluation_progress(
+  runs: dict[str, list[dict]], reference: dict | None, path: str, title: str
+) -> None:
+  """Fig. 5: the evaluator's numbers against outer step and cumulative inner steps.
+
+  Args:
+    runs: {label: evaluation_progress records}; one run ("" label) colours the two families,
+      several (theta seeds) get a colour each, outer-test solid and outer-train dotted.
+    reference: the tuned baseline (evaluation_reference.json), drawn dashed; None: not drawn.
+    path: the PNG to write.
+    title: the figure's title.
+  """
+  metrics = (
+    ("mean_train_loss", "mean training loss over the run"),
+    ("final_test_loss", "test loss after the run"),
+  )
+  families = (("outer_train", "outer-train tasks", ":"), ("outer_test", "outer-test tasks", "-"))
+  fig = _figure((11, 7))
+  axes = fig.subplots(2, 2, sharey="row")
+  single = len(runs) == 1
+  for row, (metric, label) in enumerate(metrics):
+    for col, x_key in enumerate(("outer_step", "inner_steps")):
+      ax = axes[row, col]
+      for i, (name, records) in enumerate(runs.items()):
+        x = [r[x_key] for r in records]
+        for j, (family, family_label, style) in enumerate(families):
+          color = f"C{j}" if single else f"C{i % 10}"
+          text = family_label if single else f"{name}, {family_label}"
+          ax.plot(
+            x,
+            [r[family][metric] for r in records],
+            style if not single else "-",
+            color=color,
+            marker="." if len(x) < 30 else None,
+            label=text,
+          )
+      if reference is not None:
+        for j, (family, family_label, _) in enumerate(families):
+          ax.axhline(
+            reference[family][metric],
+            ls="--",
+            lw=1,
+            color=f"C{j}" if single else ("k" if family == "outer_test" else "gray"),
+            label=f"{reference['name']}, {family_label}",
+          )
+      ax.set_xlabel("outer step" if x_key == "outer_step" else "cumulative inner steps")
+      if col == 0:
+        ax.set_ylabel(label)
+  axes[0, 0].legend(fontsize=7)
+  fig.suptitle("\n".join(textwrap.wrap(title, 120)), fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=90)

@@ -3,7 +3,8 @@
 A cluster is one chief task and one or more worker tasks, each "host:port", given as JSON with
 --cluster ({"chief": ["host:port"], "worker": ["host:port", ...]}) or in the standard TF_CONFIG
 variable ({"cluster": {...}, "task": {"type": ..., "index": ...}}). Every process starts a
-`tf.distribute.Server` for its own task.
+`tf.distribute.Server` for its own task. An evaluator (bin/evaluator) is TF_CONFIG's task type
+"evaluator", as in TensorFlow: it checks the spec (it needs a chief) but serves nothing.
 
 Exposure: TensorFlow's gRPC server listens on all interfaces and has no authentication, so
 cluster specs with public addresses are refused unless allow_public_addresses is set.
@@ -21,6 +22,9 @@ import tensorflow as tf
 from absl import logging
 
 JOBS = ("chief", "worker")
+# TensorFlow's convention: the evaluator is a task type of TF_CONFIG (and may be listed in the
+# cluster spec), but not a server of the cluster.
+EVALUATOR = "evaluator"
 
 
 class ClusterError(ValueError):
@@ -31,7 +35,7 @@ class TaskSpec(NamedTuple):
   """The whole cluster and which of its tasks this process is (what parse_cluster returns)."""
 
   cluster: dict[str, list[str]]  # {"chief": ["host:port"], "worker": [...]}.
-  job: str  # "chief" or "worker".
+  job: str  # "chief", "worker" or "evaluator".
   index: int  # The task's index in its job.
 
 
@@ -60,7 +64,7 @@ def parse_cluster(
   Args:
     cluster_json: the --cluster flag (JSON, {"chief": ["host:port"], "worker": [...]}) or None
       to read TF_CONFIG ({"cluster": {...}, "task": {"type": ..., "index": ...}}).
-    job: "chief" or "worker", this binary's role.
+    job: "chief", "worker" or "evaluator", this binary's role.
     index: --task_index, or None to take it from TF_CONFIG (0 for the chief).
     environ: the environment (os.environ by default).
 
@@ -92,7 +96,7 @@ def parse_cluster(
       raise ClusterError(f"--cluster is not valid JSON ({e}): {cluster_json!r}.") from e
   if not isinstance(cluster, dict):
     raise ClusterError(f"The cluster spec must be a JSON object of jobs, got {cluster!r}.")
-  unknown = sorted(set(cluster) - set(JOBS))
+  unknown = sorted(set(cluster) - set(JOBS) - {EVALUATOR})
   if unknown:
     raise ClusterError(f"Unknown job(s) {unknown} in the cluster spec; the jobs are {JOBS}.")
   for name in JOBS:
@@ -103,6 +107,12 @@ def parse_cluster(
       _split_address(address)
   if len(cluster["chief"]) != 1:
     raise ClusterError(f"The cluster spec must have exactly one chief, got {cluster['chief']}.")
+  if job == EVALUATOR:  # Not a server: it reads the chief's train dir (evaluator.py).
+    if task and task.get("type") != EVALUATOR:
+      raise ClusterError(
+        f"TF_CONFIG says this task is a {task.get('type')!r}, but this binary runs the evaluator."
+      )
+    return TaskSpec({name: list(cluster[name]) for name in JOBS}, EVALUATOR, 0)
   all_addresses = cluster["chief"] + cluster["worker"]
   if len(set(all_addresses)) != len(all_addresses):
     raise ClusterError("The cluster spec lists an address twice; every task needs its own port.")

@@ -3,7 +3,9 @@
 For trying the cluster path on one machine: the same binaries and the same distributed runtime
 as on a real cluster, with every address on 127.0.0.1. Logs go to <train_dir>/logs/. The
 launcher waits for the chief; when it finishes the workers leave on their own, and the launcher
-stops any that are still running. Ctrl-C or SIGTERM stops them all (the chief saves first).
+stops any that are still running. With an evaluator (bin/evaluator beside them), the launcher
+also waits, once the chief has finished, for it to evaluate the last snapshots. Ctrl-C or
+SIGTERM stops them all (the chief saves first).
 """
 
 import json
@@ -48,7 +50,7 @@ def loopback_cluster(num_workers: int) -> dict[str, list[str]]:
   }
 
 
-def _binary(name: str) -> str:
+def binary(name: str) -> str:
   """bin/<name> of this checkout, else the installed script."""
   path = os.path.join(BIN_DIR, name)
   if os.path.exists(path):
@@ -78,7 +80,7 @@ def role_command(
   common = [f"--cluster={json.dumps(cluster)}"]
   common += [f"--gin_file={f}" for f in gin_files]
   common += [f"--gin_bindings={b}" for b in gin_bindings]
-  return [sys.executable, _binary(role), *common, *flags]
+  return [sys.executable, binary(role), *common, *flags]
 
 
 def launch(
@@ -87,6 +89,7 @@ def launch(
   gin_files: Sequence[str],
   gin_bindings: Sequence[str],
   poll_secs: float = 1.0,
+  evaluator: bool = False,
 ) -> int:
   """Runs the cluster until the chief exits; returns the chief's exit status.
 
@@ -96,6 +99,8 @@ def launch(
     gin_files: --gin_file of every process.
     gin_bindings: --gin_bindings of every process.
     poll_secs: how often the launcher checks on the processes.
+    evaluator: also start bin/evaluator on the chief's train dir (outer_training.snapshot_every
+      must be bound for it to have snapshots to evaluate).
 
   Returns:
     The chief's exit status (0 when outer-training finished).
@@ -117,11 +122,14 @@ def launch(
   start("chief", "chief", f"--train_dir={train_dir}")
   for i in range(num_workers):
     start(f"worker{i}", "worker", f"--task_index={i}")
+  if evaluator:
+    start("evaluator", "evaluator", f"--train_dir={train_dir}", f"--poll_secs={poll_secs}")
   logging.info(
-    "Started a chief (PID %d) and %d workers on %s; logs in %s. TensorBoard: tensorboard "
+    "Started a chief (PID %d) and %d workers%s on %s; logs in %s. TensorBoard: tensorboard "
     "--logdir %s",
     processes["chief"].pid,
     num_workers,
+    " and an evaluator" if evaluator else "",
     ", ".join(spec["chief"] + spec["worker"]),
     log_dir,
     train_dir,
@@ -134,6 +142,10 @@ def launch(
           logging.warning("%s exited with status %d; see %s.log.", name, p.returncode, name)
           p.returncode = 0  # Reported once.
       time.sleep(poll_secs)
+    if evaluator and chief.returncode == 0 and processes["evaluator"].poll() is None:
+      logging.info("The chief has finished; waiting for the evaluator's last snapshots.")
+      while processes["evaluator"].poll() is None:
+        time.sleep(poll_secs)
   except KeyboardInterrupt:
     logging.info("Stopping: the chief saves a checkpoint first.")
     chief.send_signal(signal.SIGTERM)

@@ -22,6 +22,7 @@ import tensorflow as tf
 from absl import logging
 
 from task_specific_learned_opt.distributed import chief as chief_lib
+from task_specific_learned_opt.distributed import evaluator as evaluator_lib
 from task_specific_learned_opt.distributed import in_process, loops
 from task_specific_learned_opt.distributed import outer_training as outer_lib
 from task_specific_learned_opt.distributed import train_dir as train_dir_lib
@@ -82,6 +83,7 @@ def train_local(
   final_evaluation: Callable[[str, lopt_base.LearnedOptimizer, lopt_base.Theta], object]
   | None = None,
   resume_changed_experiment: bool = False,
+  evaluate_snapshots: bool = False,
 ) -> dict:
   """Outer-trains theta with a chief and `num_workers` workers in this process.
 
@@ -101,6 +103,9 @@ def train_local(
       <train_dir>/eval.
     resume_changed_experiment: resume a train dir of another experiment (same theta shapes) on
       purpose (see train_dir.ChiefFiles).
+    evaluate_snapshots: run the evaluator (evaluator.Evaluator, gin) in this process after
+      every outer step that kept a snapshot (outer_training.snapshot_every), and on the last
+      one: performance over outer-training (Fig. 5). Its time counts in the outer steps'.
 
   Returns:
     The last outer step's statistics (empty if no step was taken).
@@ -109,7 +114,8 @@ def train_local(
     train_dir_lib.CheckpointError: the latest checkpoint cannot be read, or belongs to another
       experiment.
     ValueError: the chief's estimator and the workers' disagree (they come from one binding, so
-      this means the chief was configured in another gin scope).
+      this means the chief was configured in another gin scope); or evaluate_snapshots without
+      outer_training.snapshot_every.
   """
   setup = setup if setup is not None else outer_lib.outer_training()
   if num_workers is None:
@@ -138,7 +144,23 @@ def train_local(
       f"The chief's estimator {files.chief.estimator!r} and the workers' (persistent="
       f"{persistent}) disagree."
     )
-  stats = loops.chief_loop(files, transport, transport.incarnation, workers_state.next_worker)
+  evaluator = None
+  if evaluate_snapshots:
+    if setup.snapshot_every is None:
+      raise ValueError(
+        "train_local.evaluate_snapshots needs snapshots to evaluate: bind "
+        "outer_training.snapshot_every (e.g. 10)."
+      )
+    evaluator = evaluator_lib.Evaluator(train_dir, setup.lopt, setup.family)
+  stats = loops.chief_loop(
+    files,
+    transport,
+    transport.incarnation,
+    workers_state.next_worker,
+    after_step=evaluator.run_pending if evaluator is not None else None,
+  )
+  if evaluator is not None:
+    evaluator.run_pending()  # The last step's snapshot.
   if final_evaluation is not None:
     logging.info("Evaluating theta on held-out tasks (train_local.final_evaluation).")
     final_evaluation(os.path.join(train_dir, EVAL_DIRNAME), setup.lopt, files.chief.theta())

@@ -76,6 +76,7 @@ def chief_loop(
   transport: base.Transport,
   incarnation: int,
   idle: Callable[[], None],
+  after_step: Callable[[], None] | None = None,
 ) -> dict:
   """Outer-trains until the experiment's last outer step; saves at exit; tells workers it is over.
 
@@ -89,6 +90,8 @@ def chief_loop(
     incarnation: this chief run's id (the samples computed from its theta carry it).
     idle: called whenever fewer than a batch of samples are queued (local mode: the next worker
       computes a sample; a cluster: a short sleep).
+    after_step: called after every outer step once it is recorded (local mode: the in-process
+      evaluator).
 
   Returns:
     The last outer step's statistics (empty if no step was taken).
@@ -100,6 +103,7 @@ def chief_loop(
   files.lineage.begin(incarnation)
   accept = SampleFilter(files.lineage.ranges())
   transport.publish_theta(base.flatten(chief.theta_numpy()), chief.step)
+  files.snapshot()  # Step 0's theta (or the step resumed from, if due and not yet kept).
   if chief.step >= setup.num_outer_steps:
     logging.info(
       "Outer step %d already reached %d; nothing to train.", chief.step, setup.num_outer_steps
@@ -114,6 +118,7 @@ def chief_loop(
           files.inner_steps.total,
           chief.step,
         )
+        files.finish()
         break
       stopping.check()  # Between outer steps: the safe point for SIGTERM.
       active = True
@@ -140,7 +145,12 @@ def chief_loop(
           fields = ("worker_id", "worker_run", "sample_index", "incarnation", "theta_version")
           stats["samples"] = np.stack([getattr(kept, f) for f in fields], 1).tolist()
         stats = files.record(stats, samples_taken)
+        files.snapshot()
       files.save_if_due()
+      if after_step is not None:
+        after_step()
+    else:  # The last outer step, not an interrupt.
+      files.finish()
   finally:
     if active:  # Else nothing changed since the checkpoint it resumed from.
       files.save()

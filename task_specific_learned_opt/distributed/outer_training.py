@@ -29,6 +29,9 @@ RESUMABLE_BINDINGS = (
   "outer_training.keep_checkpoints",
   "outer_training.log_every",
   "outer_training.record_samples",
+  "outer_training.snapshot_every",  # What is kept and evaluated, not what is learned:
+  "Evaluator.*",
+  "train_local.evaluate_snapshots",
   "configure_threads.*",  # Thread pools: speed only.
   "segment_lengths_for.*",  # Recomputation: memory and time; the same gradient.
   "Worker.recompute",
@@ -104,6 +107,7 @@ class OuterTraining(NamedTuple):
   log_every: int
   record_samples: bool = False
   max_inner_steps: int | None = None
+  snapshot_every: int | None = None
 
 
 @gin.configurable
@@ -117,6 +121,7 @@ def outer_training(
   log_every: int = 1,
   record_samples: bool = False,
   max_inner_steps: int | None = None,
+  snapshot_every: int | None = None,
 ) -> OuterTraining:
   """The experiment.
 
@@ -134,7 +139,15 @@ def outer_training(
     max_inner_steps: also stop once the samples taken add up to this many inner steps (the sum
       of their K, train_dir.InnerSteps), e.g. to compare configurations at an equal budget of
       inner steps (the paper's Fig. 8); None: no budget.
+    snapshot_every: keep theta every this many outer steps (and at step 0 and the last step) in
+      theta_history/, for the evaluator (distributed/evaluator.py, the paper's Fig. 5); None:
+      keep none.
+
+  Raises:
+    ValueError: snapshot_every < 1.
   """
+  if snapshot_every is not None and snapshot_every < 1:
+    raise ValueError(f"outer_training.snapshot_every must be >= 1 or None, got {snapshot_every}.")
   return OuterTraining(
     family,
     lopt,
@@ -145,4 +158,5 @@ def outer_training(
     int(log_every),
     bool(record_samples),
     None if max_inner_steps is None else int(max_inner_steps),
+    None if snapshot_every is None else int(snapshot_every),
   )

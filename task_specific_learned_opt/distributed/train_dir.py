@@ -11,7 +11,14 @@ What the chief writes, in local mode and on a cluster alike:
   experiment.json    the experiment this train dir holds (outer_training.experiment_record);
                      a restart with another experiment is refused, nothing overwritten;
   experiment_changes.jsonl  experiments it held before a deliberate change
-                     (resume_changed_experiment), with the outer step of the change.
+                     (resume_changed_experiment), with the outer step of the change;
+  theta_history/step_<outer step>/  theta every `outer_training.snapshot_every` outer steps, at
+                     step 0 and at the last step (kept; a few KB each), for the evaluator
+                     (evaluator.py), each with a snapshot id that changes if a restart redoes
+                     that step;
+  finished.json      written when the run reached its last outer step or its budget, removed
+                     when it resumes (the evaluator stops once it has evaluated the last
+                     snapshot).
 Every record counts the inner steps behind it (InnerSteps: the K of every sample the chief has
 taken, in all and per worker), so curves can be drawn against inner steps as the paper's Fig. 8
 is, and `outer_training.max_inner_steps` stops a run at a budget of them.
@@ -24,9 +31,12 @@ theta version) ranges led to it, so that samples of a theta from a lost branch a
 import contextlib
 import json
 import os
+import re
+import shutil
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -42,6 +52,8 @@ EXPERIMENT_FILENAME = "experiment.json"
 EXPERIMENT_CHANGES_FILENAME = "experiment_changes.jsonl"
 PROGRESS_FILENAME = "progress.jsonl"
 PLOT_FILENAME = "outer_training.png"
+THETA_HISTORY_DIRNAME = "theta_history"
+FINISHED_FILENAME = "finished.json"
 SUMMARY_KEYS = (
   "outer_loss",
   "loss_plus",
@@ -136,6 +148,22 @@ class InnerSteps(tf.train.experimental.PythonState):
     value = json.loads(string_value.decode())
     self.total = int(value["total"])
     self.per_worker = {int(k): int(v) for k, v in value["per_worker"].items()}
+
+
+def snapshot_dir(train_dir: str, outer_step: int) -> str:
+  """Where the theta of `outer_step` is kept (theta_history/step_<8 digits>)."""
+  return os.path.join(train_dir, THETA_HISTORY_DIRNAME, f"step_{outer_step:08d}")
+
+
+def snapshots(train_dir: str) -> dict[int, str]:
+  """{outer step: directory} of the complete snapshots in theta_history/, by step."""
+  root = os.path.join(train_dir, THETA_HISTORY_DIRNAME)
+  found = {}
+  for name in os.listdir(root) if os.path.isdir(root) else []:
+    match = re.fullmatch(r"step_(\d{8})", name)
+    if match:
+      found[int(match.group(1))] = os.path.join(root, name)
+  return dict(sorted(found.items()))
 
 
 def format_seconds(seconds: float) -> str:
@@ -290,8 +318,12 @@ class ChiefFiles:
     self._write_experiment(record, change)
     self.recorder = Recorder(train_dir)
     self.recorder.forget_after(self.chief.step)
+    self._forget_snapshots_after(self.chief.step)
+    with contextlib.suppress(FileNotFoundError):  # A run that goes on is not finished.
+      os.remove(os.path.join(train_dir, FINISHED_FILENAME))
     self.start_time = self.last_save = time.time()
     self.start_step = self.chief.step
+    self.start_inner_steps = self.inner_steps.total
 
   def _check_experiment(self, record: dict, resume_changed: bool) -> dict | None:
     """The experiment already in the train dir if it differs and may be resumed, else None.
@@ -330,6 +362,47 @@ class ChiefFiles:
     path = os.path.join(self.train_dir, EXPERIMENT_FILENAME)
     with open(path + ".tmp", "w") as f:
       json.dump(record, f, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
+
+  def _forget_snapshots_after(self, outer_step: int) -> None:
+    """Removes snapshots of steps after `outer_step` (thetas of a branch a restart dropped)."""
+    for step, directory in snapshots(self.train_dir).items():
+      if step > outer_step:
+        shutil.rmtree(directory, ignore_errors=True)
+
+  def snapshot(self, final: bool = False) -> str | None:
+    """Keeps theta in theta_history/ if this step is due (or `final`); returns its directory.
+
+    A snapshot is written under a temporary name and renamed, so a reader never sees half of
+    one; a step already kept is not rewritten.
+    """
+    every, step = self.setup.snapshot_every, self.chief.step
+    if every is None or (step % every and not final):
+      return None
+    directory = snapshot_dir(self.train_dir, step)
+    if os.path.exists(directory):
+      return directory
+    partial = directory + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    checkpoints.save_theta(
+      partial,
+      self.chief.theta(),
+      info={
+        "outer_step": step,
+        "inner_steps": self.inner_steps.total,
+        "snapshot_id": uuid.uuid4().hex,
+        "time": time.time(),
+      },
+    )
+    os.replace(partial, directory)
+    return directory
+
+  def finish(self) -> None:
+    """The run reached its last outer step or its budget: last snapshot, finished.json."""
+    self.snapshot(final=True)
+    path = os.path.join(self.train_dir, FINISHED_FILENAME)
+    with open(path + ".tmp", "w") as f:
+      json.dump({"outer_step": self.chief.step, "inner_steps": self.inner_steps.total}, f)
     os.replace(path + ".tmp", path)
 
   def save(self) -> None:
@@ -384,6 +457,11 @@ class ChiefFiles:
     self.recorder.record(stats)
     if step % self.setup.log_every == 0 or step == total:
       steps_per_second = (step - self.start_step) / max(elapsed, 1e-9)
+      eta = (total - step) / max(steps_per_second, 1e-9)
+      if self.setup.max_inner_steps is not None:  # The budget may end the run first.
+        rate = (self.inner_steps.total - self.start_inner_steps) / max(elapsed, 1e-9)
+        left = max(self.setup.max_inner_steps - self.inner_steps.total, 0)
+        eta = min(eta, left / max(rate, 1e-9))
       logging.info(
         "outer step %d/%d  inner steps %d  outer loss %.4f  K %.0f  %.2f samples/s  "
         "ES weight %.2f  dropped %d  staleness %.1f  ETA %s",
@@ -396,6 +474,6 @@ class ChiefFiles:
         stats["es_weight"],
         stats["num_dropped"] + stats.get("num_stale", 0),
         stats["mean_staleness"],
-        format_seconds((total - step) / max(steps_per_second, 1e-9)),
+        format_seconds(eta),
       )
     return stats

@@ -8,6 +8,10 @@ state (params, momenta, inner step t). Each truncation:
   3. the sample (g_rp, g_es, L+, L-, theta version, K); the + unroll's end state is kept;
   4. past the horizon, the next truncation starts a new task (new classes, new weights, zero
      momenta, t = 0).
+With `stagger=True` a worker's first inner run is cut at a fraction u ~ U(0, 1] of the horizon
+(u from the worker's seed), so workers that start together drift apart: after their first reset
+their inner runs are at independent points of the horizon, as the paper's asynchronous workers
+are, and a batch's samples no longer all share their inner step.
 Every random choice comes from seeds derived from (seed, worker id, task index, truncation
 index), so a sample is reproducible from theta, the worker state and the seed.
 
@@ -25,6 +29,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import gin
+import numpy as np
 import tensorflow as tf
 
 from task_specific_learned_opt import seeds as seeds_lib
@@ -69,6 +74,7 @@ class Worker:
     schedule: schedules.TruncationSchedule | None = None,
     recompute: bool = True,
     persistent: bool = False,
+    stagger: bool = False,
   ):
     """Makes a worker.
 
@@ -85,6 +91,8 @@ class Worker:
       persistent: run persistent ES and send g_pes in the place of g_es. Not a gin parameter:
         local mode and the cluster's workers set it from the chief's estimator
         (chief.configured_estimator), so the one binding `Chief.estimator` switches both.
+      stagger: cut the first inner run at u * horizon, u ~ U(0, 1] from the worker's seed, so
+        workers started together reach their resets at different times (module docstring).
 
     Raises:
       ValueError: an unknown objective.
@@ -103,6 +111,7 @@ class Worker:
     self.schedule = schedule if schedule is not None else schedules.LinearCurriculum()
     self.recompute = bool(recompute)
     self.persistent = bool(persistent)
+    self.stagger = bool(stagger)
     self._task: task_base.Task | None = None
     self._task_index: int | None = None
 
@@ -209,20 +218,37 @@ class Worker:
       accumulator=pes.initial_state(theta),
     )
 
+  def run_horizon(self, task_index: int) -> int:
+    """The inner steps of this worker's `task_index`-th run: the horizon, or less if staggered.
+
+    Args:
+      task_index: which of this worker's tasks, counting from 0.
+
+    Returns:
+      The horizon; with `stagger`, the first run's is ceil(u * horizon), u ~ U(0, 1] drawn
+      from the worker's seed.
+    """
+    if not self.stagger or task_index > 0:
+      return self.horizon
+    u = 1.0 - schedules.truncation_uniform(seeds_lib.fold_in(self.seed, 4))  # In (0, 1].
+    return max(1, int(np.ceil(u * self.horizon)))
+
   def truncation_length(self, outer_step: int, state: WorkerState, inner_step: int) -> int:
-    """K for this truncation: the schedule at `outer_step`, jittered, capped at the horizon.
+    """K for this truncation: the schedule at `outer_step`, jittered, capped at the run's end.
 
     Args:
       outer_step: the outer step of the theta the truncation runs at (the curriculum's clock).
-      state: the worker's state; its truncation index seeds the jitter.
+      state: the worker's state (after its current task started); its truncation index seeds
+        the jitter.
       inner_step: the inner step t0 the truncation starts from.
 
     Returns:
-      K >= 1, at most horizon - inner_step (the steps left in the current inner run).
+      K >= 1, at most run_horizon - inner_step (the steps left in the current inner run).
     """
     truncation_seed = seeds_lib.fold_in(seeds_lib.fold_in(self.seed, 2), state.truncation_index)
     u = schedules.truncation_uniform(truncation_seed)
-    return self.schedule.length(int(outer_step), u, self.horizon - int(inner_step))
+    steps_left = self.run_horizon(state.task_index - 1) - int(inner_step)
+    return self.schedule.length(int(outer_step), u, steps_left)
 
   def step(
     self, theta: lopt_base.Theta, theta_version: int, state: WorkerState
@@ -250,7 +276,7 @@ class Worker:
     perturbation_seed = seeds_lib.fold_in(seeds_lib.fold_in(self.seed, 3), state.truncation_index)
     data_seed = seeds_lib.fold_in(self.task_seed(task_index), 1)
     args = (task.data, tf.constant(num_steps, tf.int32), data_seed, perturbation_seed)
-    done = inner_step + num_steps >= self.horizon
+    done = inner_step + num_steps >= self.run_horizon(task_index)
     if self.persistent:
       accumulator = tf.nest.map_structure(tf.convert_to_tensor, state.accumulator)
       start = (state.inner_state, state.minus_state, accumulator)

@@ -22,6 +22,7 @@ import testing_utils
 
 from task_specific_learned_opt import checkpoints
 from task_specific_learned_opt.distributed import cluster, launch, outer_training, tf_runtime
+from task_specific_learned_opt.distributed import evaluator as evaluator_lib
 from task_specific_learned_opt.distributed import train_dir as train_dir_lib
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.tasks import quadratic
@@ -76,6 +77,16 @@ SMOKE = [
   "outer_training.checkpoint_every_secs = 0",  # A checkpoint after every step.
   "run_chief.poll_secs = 0.05",
   "run_chief.linger_secs = 30",
+]
+
+
+EVALUATOR = [  # A small evaluation on quadratic tasks, every 2 outer steps.
+  "outer_training.snapshot_every = 2",
+  "Evaluator.test_family = @eval/QuadraticFamily()",
+  "eval/QuadraticFamily.dim = 4",
+  "Evaluator.num_tasks = 2",
+  "Evaluator.num_steps = 30",
+  "Evaluator.learning_rates = (0.01, 0.1)",
 ]
 
 
@@ -277,18 +288,24 @@ def test_launch_local_runs_a_chief_and_workers_to_the_end(request, tmp_path):
     "--num_workers=2",
     f"--train_dir={train_dir}",
     f"--gin_file={os.path.join(testing_utils.REPO, 'gin/quickstart.gin')}",
-    *[f"--gin_bindings={b}" for b in SMOKE + ["outer_training.num_outer_steps = 3"]],
+    "--evaluator",
+    *[f"--gin_bindings={b}" for b in SMOKE + EVALUATOR + ["outer_training.num_outer_steps = 3"]],
   ]
   env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
   done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
   assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-  assert "Started a chief" in done.stderr
+  assert "Started a chief" in done.stderr and "and an evaluator" in done.stderr
   with open(train_dir / train_dir_lib.PROGRESS_FILENAME) as f:
     assert [json.loads(line)["outer_step"] for line in f] == [1, 2, 3]
   logs = sorted(os.listdir(train_dir / "logs"))
-  assert logs == ["chief.log", "worker0.log", "worker1.log"]
+  assert logs == ["chief.log", "evaluator.log", "worker0.log", "worker1.log"]
   for name in ("worker0", "worker1"):
     assert "The chief has finished" in (train_dir / "logs" / f"{name}.log").read_text()
+  # The evaluator evaluated every snapshot (steps 0, 2 and the last, 3), then left on its own.
+  with open(train_dir / evaluator_lib.PROGRESS_FILENAME) as f:
+    assert [json.loads(line)["outer_step"] for line in f] == [0, 2, 3]
+  log = (train_dir / "logs" / "evaluator.log").read_text()
+  assert "every snapshot is evaluated" in log and "Traceback" not in log
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,6 +35,28 @@ def test_truncations_follow_the_schedule_and_reset_at_the_horizon():
   assert state.truncation_index == 5 and int(state.inner_state.iteration) == 10
 
 
+def test_staggered_workers_cut_their_first_run_at_different_points():
+  theta = LOPT.init(0)
+  first_runs = []
+  for worker_id in range(8):
+    w = _worker(worker_id, horizon=20, stagger=True)
+    horizon = w.run_horizon(0)
+    assert 1 <= horizon <= 20 and w.run_horizon(1) == 20 == _worker(
+      worker_id, horizon=20
+    ).run_horizon(0)
+    first_runs.append(horizon)
+    if worker_id < 2:  # Steps reach the cut, then the next run goes the whole horizon.
+      state, seen = w.initial_state(), []
+      while state.task_index < 2 or state.inner_state is not None:
+        sample, state = w.step(theta, 0, state)
+        seen.append((state.task_index, sample.inner_step + sample.num_steps))
+      ends = [end for task, end in seen if task == 1]
+      assert ends[-1] == horizon and max(ends) == horizon
+      assert [end for task, end in seen if task == 2][-1] == 20
+  # Workers started together reach their first reset at different steps (8 draws in 1 ... 20).
+  assert len(set(first_runs)) >= 5
+
+
 def test_the_curriculum_sets_k_from_the_outer_step():
   schedule = schedules.LinearCurriculum(min_length=10, max_length=100, ramp_steps=10)
   w = _worker(schedule=schedule, horizon=1000)
