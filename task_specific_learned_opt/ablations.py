@@ -22,6 +22,7 @@ the window, whatever the truncation length.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,12 +35,14 @@ import numpy as np
 from absl import logging
 
 from task_specific_learned_opt import plots
+from task_specific_learned_opt.distributed import evaluator as evaluator_lib
 from task_specific_learned_opt.distributed import launch
 from task_specific_learned_opt.distributed import train_dir as train_dir_lib
 
 RESULTS_FILENAME = "ablations.json"
 FIGURE_FILENAME = "ablations.png"
 CURVES_FILENAME = "ablation_curves.png"
+SEEDS_FILENAME = "seeds.json"
 DONE_FILENAME = "done.json"
 LOG_FILENAME = "train.log"
 NUM_CURVE_POINTS = 40
@@ -68,14 +71,17 @@ def runs_of(output_dir: str, configurations: Mapping[str, str], num_seeds: int) 
   ]
 
 
-def command(run: Run, max_inner_steps: int, bindings: Sequence[str] = ()) -> list[str]:
-  """The bin/train_local command of `run` (this Python), stopped at `max_inner_steps`."""
+def command(run: Run, max_inner_steps: int | None, bindings: Sequence[str] = ()) -> list[str]:
+  """The bin/train_local command of `run` (this Python), stopped at `max_inner_steps` if set."""
   flags = [f"--gin_file={run.gin_file}", f"--train_dir={run.train_dir}"]
+  budget = (
+    [] if max_inner_steps is None else [f"outer_training.max_inner_steps = {max_inner_steps}"]
+  )
   flags += [
     f"--gin_bindings={b}"
     for b in (
       f"outer_training.seed = {run.seed}",
-      f"outer_training.max_inner_steps = {max_inner_steps}",
+      *budget,
       "train_local.final_evaluation = None",
       *bindings,
     )
@@ -92,20 +98,35 @@ def read_records(train_dir: str) -> list[dict]:
     return [json.loads(line) for line in f if line.strip()]
 
 
-def finished(run: Run, max_inner_steps: int) -> bool:
-  """Whether `run` already reached a budget of at least `max_inner_steps` (its done.json)."""
+def finished(run: Run, max_inner_steps: int | None) -> bool:
+  """Whether `run` already ran to a budget of at least `max_inner_steps` (its done.json).
+
+  With `max_inner_steps` None: whether it ran to its last outer step without a budget.
+  """
   path = os.path.join(run.train_dir, DONE_FILENAME)
   if not os.path.exists(path):
     return False
   with open(path) as f:
-    return json.load(f).get("max_inner_steps", -1) >= max_inner_steps
+    done = json.load(f).get("max_inner_steps", -1)
+  if max_inner_steps is None or done is None:
+    return done == max_inner_steps
+  return done >= max_inner_steps
 
 
-def _mark_done(run: Run, max_inner_steps: int, seconds: float) -> dict:
-  """Writes the run's done.json once its records reach the budget; raises if they do not."""
+def _mark_done(run: Run, max_inner_steps: int | None, seconds: float) -> dict:
+  """Writes the run's done.json once it has finished (its budget, or its last outer step).
+
+  Raises:
+    AblationError: it stopped before (e.g. a SIGTERM), or before the budget.
+  """
   records = read_records(run.train_dir)
   inner_steps = records[-1]["inner_steps"] if records else 0
-  if inner_steps < max_inner_steps:
+  if not os.path.exists(os.path.join(run.train_dir, train_dir_lib.FINISHED_FILENAME)):
+    raise AblationError(
+      f"{run.name} seed {run.seed} stopped before its end; run the study again to resume it "
+      f"(see {run.train_dir}/{LOG_FILENAME})."
+    )
+  if max_inner_steps is not None and inner_steps < max_inner_steps:
     raise AblationError(
       f"{run.name} seed {run.seed} stopped at {inner_steps} of {max_inner_steps} inner steps "
       f"(outer_training.num_outer_steps too small?); see {run.train_dir}/{LOG_FILENAME}."
@@ -121,9 +142,19 @@ def _mark_done(run: Run, max_inner_steps: int, seconds: float) -> dict:
   return done
 
 
+def _share_reference(run: Run, runs: Sequence[Run]) -> None:
+  """Gives `run` a finished sibling's evaluator reference (the same tasks: it is reused only if
+  its settings match, evaluator.Evaluator.reference), so it is computed once per configuration."""
+  mine = os.path.join(run.train_dir, evaluator_lib.REFERENCE_FILENAME)
+  for other in runs:
+    theirs = os.path.join(other.train_dir, evaluator_lib.REFERENCE_FILENAME)
+    if other.name == run.name and os.path.exists(theirs) and not os.path.exists(mine):
+      shutil.copyfile(theirs, mine)
+
+
 def run_all(
   runs: Sequence[Run],
-  max_inner_steps: int,
+  max_inner_steps: int | None,
   num_parallel: int,
   bindings: Sequence[str] = (),
   poll_secs: float = 1.0,
@@ -148,6 +179,7 @@ def run_all(
       while todo and len(running) < num_parallel:
         run = todo.pop(0)
         os.makedirs(run.train_dir, exist_ok=True)
+        _share_reference(run, runs)
         with open(os.path.join(run.train_dir, LOG_FILENAME), "a") as log:
           process = subprocess.Popen(
             command(run, max_inner_steps, bindings),
@@ -412,3 +444,108 @@ def ablation_study(
   if failure is not None:
     raise failure
   return study
+
+
+def passed_at(records: Sequence[dict], reference: Mapping, family: str = "outer_test") -> dict:
+  """The first evaluated snapshot whose mean training loss is below the reference's; {} if none.
+
+  Returns:
+    {"outer_step": ..., "inner_steps": ...} of that snapshot.
+  """
+  target = reference[family]["mean_train_loss"]
+  for r in records:
+    if r[family]["mean_train_loss"] < target:
+      return {"outer_step": r["outer_step"], "inner_steps": r["inner_steps"]}
+  return {}
+
+
+def summarize_seeds(runs: Sequence[Run]) -> dict:
+  """Per configuration: every seed's evaluations, when it passed the reference, the best seed.
+
+  The best seed is the one with the lowest mean training loss on outer-train tasks at its last
+  snapshot: chosen on outer-train tasks only, as Sec. 4.3 does, so the outer-test numbers stay
+  held out.
+  """
+  summary: dict[str, dict] = {}
+  for run in runs:
+    records = evaluator_lib.current_records(run.train_dir)
+    if not records:
+      continue
+    reference = evaluator_lib.read_json(
+      os.path.join(run.train_dir, evaluator_lib.REFERENCE_FILENAME)
+    )
+    s = summary.setdefault(
+      run.name, {"gin_file": run.gin_file, "reference": reference, "seeds": {}}
+    )
+    s["seeds"][str(run.seed)] = {
+      "records": records,
+      "last": {k: records[-1][k] for k in ("outer_step", "inner_steps", *evaluator_lib.FAMILIES)},
+      "passed_reference_on_outer_test": passed_at(records, reference) if reference else {},
+    }
+  for s in summary.values():
+    last = {seed: r["last"]["outer_train"]["mean_train_loss"] for seed, r in s["seeds"].items()}
+    s["best_seed_by_outer_train"] = int(min(last, key=last.get))
+  return summary
+
+
+@gin.configurable(denylist=["output_dir", "num_seeds"])
+def seed_study(
+  output_dir: str,
+  configurations: Mapping[str, str] = gin.REQUIRED,
+  num_seeds: int = 3,
+  num_parallel: int = 2,
+  bindings: Sequence[str] = ("train_local.evaluate_snapshots = True",),
+) -> dict:
+  """Performance over outer-training across theta seeds (Fig. 5): runs, then overlays the seeds.
+
+  Every configuration runs with seeds 0 ... num_seeds - 1 to its last outer step (resumable as
+  the ablation study is), with the evaluator in each run; then writes seeds.json and, per
+  configuration, <name>_seeds.png (the evaluator's numbers of every seed, the tuned baseline
+  dashed).
+
+  Args:
+    output_dir: the runs' train dirs and the study's files.
+    configurations: {name: gin file}, e.g. the L_train and L_valid experiments.
+    num_seeds: theta seeds per configuration.
+    num_parallel: runs at a time, each its own process.
+    bindings: gin bindings added to every run (by default: evaluate snapshots in-process).
+
+  Returns:
+    {name: summary (summarize_seeds)}, with "paths".
+
+  Raises:
+    AblationError: some runs failed; the others' results are still written.
+  """
+  runs = runs_of(output_dir, configurations, num_seeds)
+  failure = None
+  try:
+    run_all(runs, None, num_parallel, bindings)
+  except AblationError as e:
+    failure = e
+  summary = summarize_seeds(runs)
+  paths = {"json": os.path.join(output_dir, SEEDS_FILENAME)}
+  with open(paths["json"], "w") as f:
+    json.dump(_jsonable(summary), f, indent=1)
+  for name, s in summary.items():
+    paths[name] = os.path.join(output_dir, f"{name}_seeds.png")
+    plots.plot_evaluation_progress(
+      {f"seed {seed}": r["records"] for seed, r in s["seeds"].items()},
+      s["reference"] or None,
+      paths[name],
+      f"{name}: {len(s['seeds'])} theta seeds; best by outer-train loss: seed "
+      f"{s['best_seed_by_outer_train']}",
+    )
+    for seed, r in s["seeds"].items():
+      passed = r["passed_reference_on_outer_test"]
+      when = f"from outer step {passed['outer_step']}" if passed else "never"
+      loss = r["last"]["outer_test"]["mean_train_loss"]
+      print(
+        f"{name} seed {seed}: outer-test mean training loss {loss:.4f} at outer step "
+        f"{r['last']['outer_step']}; below the reference {when}",
+        flush=True,
+      )
+  print(f"Seeds: {paths['json']}", flush=True)
+  summary["paths"] = paths
+  if failure is not None:
+    raise failure
+  return summary

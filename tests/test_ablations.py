@@ -146,3 +146,52 @@ def test_bin_ablations_parses_the_shipped_studies():
     assert len(bindings["configurations"]) == 8
     for gin_file in bindings["configurations"].values():
       gin_config.parse([gin_file])  # Each configuration parses on its own.
+
+
+@pytest.mark.integration
+def test_a_seed_study_overlays_the_seeds_evaluations(tmp_path):
+  evaluated = [
+    "outer_training.snapshot_every = 2",
+    "outer_training.num_outer_steps = 4",
+    "Evaluator.test_family = @eval/QuadraticFamily()",
+    "eval/QuadraticFamily.dim = 4",
+    "eval/QuadraticFamily.noise_std = 0.1",
+    "Evaluator.num_tasks = 2",
+    "Evaluator.num_steps = 12",
+    "Evaluator.learning_rates = (0.01, 0.1, 1.0)",
+  ]
+  configurations = {"quadratic": _config(tmp_path, "quadratic", evaluated)}
+  out = str(tmp_path / "seeds")
+  gin_config.parse()
+  summary = ablations.seed_study(out, configurations=configurations, num_seeds=2, num_parallel=1)
+  s = summary["quadratic"]
+  assert sorted(s["seeds"]) == ["0", "1"]
+  for r in s["seeds"].values():
+    assert [x["outer_step"] for x in r["records"]] == [0, 2, 4]
+  # Seed 1's run was given seed 0's reference (the same tasks) instead of computing it again.
+  runs = os.path.join(out, "runs", "quadratic")
+  references = [
+    ablations.evaluator_lib.read_json(
+      os.path.join(runs, f"seed_{k}", ablations.evaluator_lib.REFERENCE_FILENAME)
+    )
+    for k in (0, 1)
+  ]
+  assert references[0] == references[1] == s["reference"]
+  for k, computed in ((0, True), (1, False)):
+    with open(os.path.join(runs, f"seed_{k}", ablations.LOG_FILENAME)) as f:
+      assert ("Computing the adam" in f.read()) == computed
+  last = {k: r["last"]["outer_train"]["mean_train_loss"] for k, r in s["seeds"].items()}
+  assert s["best_seed_by_outer_train"] == int(min(last, key=last.get))
+  assert os.path.getsize(summary["paths"]["quadratic"]) > 0
+  with open(summary["paths"]["json"]) as f:
+    assert json.load(f)["quadratic"]["best_seed_by_outer_train"] == s["best_seed_by_outer_train"]
+
+
+def test_passing_the_reference_is_the_first_snapshot_below_it():
+  reference = {"outer_test": {"mean_train_loss": 1.0}}
+  records = [
+    {"outer_step": s, "inner_steps": 10 * s, "outer_test": {"mean_train_loss": v}}
+    for s, v in ((0, 2.0), (10, 1.0), (20, 0.9), (30, 1.1))
+  ]
+  assert ablations.passed_at(records, reference) == {"outer_step": 20, "inner_steps": 200}
+  assert ablations.passed_at(records[:2], reference) == {}
