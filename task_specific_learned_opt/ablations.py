@@ -98,22 +98,28 @@ def read_records(train_dir: str) -> list[dict]:
     return [json.loads(line) for line in f if line.strip()]
 
 
-def finished(run: Run, max_inner_steps: int | None) -> bool:
+def finished(run: Run, max_inner_steps: int | None, bindings: Sequence[str] = ()) -> bool:
   """Whether `run` already ran to a budget of at least `max_inner_steps` (its done.json).
 
-  With `max_inner_steps` None: whether it ran to its last outer step without a budget.
+  With `max_inner_steps` None: whether it ran to its last outer step without a budget. A run
+  finished with other study bindings (e.g. more outer steps) is not finished: it resumes.
   """
   path = os.path.join(run.train_dir, DONE_FILENAME)
   if not os.path.exists(path):
     return False
   with open(path) as f:
-    done = json.load(f).get("max_inner_steps", -1)
+    record = json.load(f)
+  if record.get("bindings", []) != list(bindings):
+    return False
+  done = record.get("max_inner_steps", -1)
   if max_inner_steps is None or done is None:
     return done == max_inner_steps
   return done >= max_inner_steps
 
 
-def _mark_done(run: Run, max_inner_steps: int | None, seconds: float) -> dict:
+def _mark_done(
+  run: Run, max_inner_steps: int | None, seconds: float, bindings: Sequence[str] = ()
+) -> dict:
   """Writes the run's done.json once it has finished (its budget, or its last outer step).
 
   Raises:
@@ -133,6 +139,7 @@ def _mark_done(run: Run, max_inner_steps: int | None, seconds: float) -> dict:
     )
   done = {
     "max_inner_steps": max_inner_steps,
+    "bindings": list(bindings),
     "inner_steps": inner_steps,
     "outer_steps": records[-1]["outer_step"],
     "seconds": seconds,
@@ -168,7 +175,7 @@ def run_all(
   Raises:
     AblationError: some runs failed (the others still ran); the message names their logs.
   """
-  todo = [r for r in runs if not finished(r, max_inner_steps)]
+  todo = [r for r in runs if not finished(r, max_inner_steps, bindings)]
   for r in runs:
     if r not in todo:
       logging.info("%s seed %d: finished earlier; kept.", r.name, r.seed)
@@ -201,7 +208,7 @@ def run_all(
               f"{run.name} seed {run.seed} exited with status {process.returncode}; see "
               f"{run.train_dir}/{LOG_FILENAME}."
             )
-          done = _mark_done(run, max_inner_steps, seconds)
+          done = _mark_done(run, max_inner_steps, seconds, bindings)
         except AblationError as e:
           logging.error("%s", e)
           failures.append(str(e))
@@ -319,12 +326,17 @@ def _claims(results: Mapping[str, dict]) -> list[dict]:
   return claims
 
 
-def analyse(runs: Sequence[Run], max_inner_steps: int, window: tuple[float, float]) -> dict:
+def analyse(
+  runs: Sequence[Run],
+  max_inner_steps: int,
+  window: tuple[float, float],
+  bindings: Sequence[str] = (),
+) -> dict:
   """The study's numbers from the finished runs' records (see the module docstring)."""
   grid = np.linspace(0, max_inner_steps, NUM_CURVE_POINTS + 1)
   results: dict[str, dict] = {}
   for run in runs:
-    if not finished(run, max_inner_steps):
+    if not finished(run, max_inner_steps, bindings):
       continue
     records = read_records(run.train_dir)
     with open(os.path.join(run.train_dir, DONE_FILENAME)) as f:
@@ -425,7 +437,7 @@ def ablation_study(
     run_all(runs, max_inner_steps, num_parallel, bindings)
   except AblationError as e:
     failure = e
-  study = analyse(runs, max_inner_steps, tuple(window))
+  study = analyse(runs, max_inner_steps, tuple(window), bindings)
   study["num_seeds"] = num_seeds
   title = (
     f"{len(configurations)} configurations x {num_seeds} seeds, {max_inner_steps} inner steps "

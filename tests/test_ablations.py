@@ -185,6 +185,15 @@ def test_a_seed_study_overlays_the_seeds_evaluations(tmp_path):
   assert os.path.getsize(summary["paths"]["quadratic"]) > 0
   with open(summary["paths"]["json"]) as f:
     assert json.load(f)["quadratic"]["best_seed_by_outer_train"] == s["best_seed_by_outer_train"]
+  # Other study bindings (more outer steps): the finished runs resume to them.
+  longer = ablations.seed_study(
+    out,
+    configurations=configurations,
+    num_seeds=1,
+    bindings=("train_local.evaluate_snapshots = True", "outer_training.num_outer_steps = 6"),
+  )
+  steps = [x["outer_step"] for x in longer["quadratic"]["seeds"]["0"]["records"]]
+  assert steps == [0, 2, 4, 6]
 
 
 def test_passing_the_reference_is_the_first_snapshot_below_it():

@@ -59,6 +59,7 @@ def count_references(monkeypatch):
   return calls
 
 
+@pytest.mark.integration
 def test_in_process_evaluation_of_every_snapshot_equals_bin_eval(tmp_path, count_references):
   _train(tmp_path, 5, evaluate=True)
   # Snapshots at step 0, every 2 steps, and the last step.
@@ -101,6 +102,7 @@ def test_in_process_evaluation_of_every_snapshot_equals_bin_eval(tmp_path, count
   )
 
 
+@pytest.mark.integration
 def test_a_restarted_evaluator_skips_finished_snapshots_and_catches_up(tmp_path):
   _train(tmp_path, 3, snapshot_every=1)
   first = _evaluator(tmp_path)
@@ -113,6 +115,7 @@ def test_a_restarted_evaluator_skips_finished_snapshots_and_catches_up(tmp_path)
   assert steps == [0, 1, 2, 3, 4, 5]
 
 
+@pytest.mark.integration
 def test_snapshots_of_steps_a_restarted_chief_dropped_are_removed_and_reevaluated(tmp_path):
   _train(tmp_path, 2, snapshot_every=1)
   evaluator = _evaluator(tmp_path)
