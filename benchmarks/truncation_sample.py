@@ -1,7 +1,8 @@
 """Peak memory and time of one outer-gradient sample (antithetic truncation) on the paper's CNN.
 
 Each measurement runs in a fresh process (peak RSS is per process), on a task of the generated
-family with the paper's CNN and batch 128:
+family with the paper's CNN and batch 128 (or, with --gin_file, a task of the experiment's
+family and its learned optimizer):
   - `sample`: one truncation_sample of K steps (g_rp by backprop through both unrolls, g_es),
     with segment recomputation (--recompute, default) or plain backpropagation;
   - `plain`: K steps of plain (not differentiated) learned-optimizer training, the baseline of
@@ -9,6 +10,8 @@ family with the paper's CNN and batch 128:
 
   python benchmarks/truncation_sample.py --num_steps 1000              # sample vs plain, ratios
   python benchmarks/truncation_sample.py --num_steps 10000 --modes sample
+  python benchmarks/truncation_sample.py --gin_file gin/quickstart.gin --num_steps 50 \
+    --modes plain,sample_norecompute
 
 Reports peak RSS (MiB) over the process's resting RSS after setup, seconds per inner step, and
 the ratio (sample s/step) / (plain s/step); writes JSON with --output.
@@ -21,10 +24,12 @@ import sys
 import time
 
 import gin
+import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-from task_specific_learned_opt import inner_training
+from task_specific_learned_opt import configurables, gin_config, inner_training  # noqa: F401
+from task_specific_learned_opt.distributed import outer_training
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.outer import truncated_unroll
 from task_specific_learned_opt.tasks import families, generated
@@ -35,6 +40,9 @@ flags.DEFINE_list("modes", ["plain", "sample"], "Which of plain, sample, sample_
 flags.DEFINE_integer("inter_op_threads", 2, "TensorFlow inter-op threads.")
 flags.DEFINE_float("segment_scale", 0.2, "segment_lengths_for.scale.")
 flags.DEFINE_integer("levels", 2, "segment_lengths_for.levels: levels of recomputation.")
+flags.DEFINE_multi_string("gin_file", [], "An experiment whose family and lopt are measured.")
+flags.DEFINE_multi_string("gin_bindings", [], "Extra gin bindings for --gin_file.")
+flags.DEFINE_integer("repeats", 1, "Timed calls per measurement (the median is kept).")
 flags.DEFINE_string("output", None, "Optional JSON file for the results.")
 flags.DEFINE_string("child", None, "Internal: run one measurement MODE:K in this process.")
 
@@ -53,11 +61,17 @@ def measure(
 ) -> dict:
   """Runs one measurement in this process and returns its numbers."""
   tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
+  if FLAGS.gin_file:
+    gin_config.parse(FLAGS.gin_file, FLAGS.gin_bindings)
   gin.bind_parameter("segment_lengths_for.scale", segment_scale)
   gin.bind_parameter("segment_lengths_for.levels", levels)
 
-  task = families.ClassSubsetFamily(source=generated.GeneratedClassSource()).sample(0)
-  lopt = mlp_lopt.MLPLOpt()
+  if FLAGS.gin_file:
+    setup = outer_training.outer_training()
+    task, lopt = setup.family.sample(0), setup.lopt
+  else:
+    task = families.ClassSubsetFamily(source=generated.GeneratedClassSource()).sample(0)
+    lopt = mlp_lopt.MLPLOpt()
   theta = lopt.init(0)
   state = lopt.opt_fn(theta).init(task.init_params(0))
 
@@ -80,10 +94,16 @@ def measure(
 
   run(theta, state, tf.constant(2)).numpy()  # Trace and warm up.
   resting = _current_rss_mib()
-  start = time.time()
-  run(theta, state, tf.constant(num_steps)).numpy()
-  seconds = time.time() - start
+  times = []
+  for _ in range(FLAGS.repeats):
+    start = time.time()
+    run(theta, state, tf.constant(num_steps)).numpy()
+    times.append(time.time() - start)
+  seconds = float(np.median(times))
   return {
+    "gin_file": FLAGS.gin_file,
+    "gin_bindings": FLAGS.gin_bindings,
+    "repeats": FLAGS.repeats,
     "mode": mode,
     "num_steps": num_steps,
     "levels": levels if mode == "sample" else None,
@@ -117,6 +137,9 @@ def main(argv):
           f"--inter_op_threads={FLAGS.inter_op_threads}",
           f"--segment_scale={FLAGS.segment_scale}",
           f"--levels={FLAGS.levels}",
+          f"--repeats={FLAGS.repeats}",
+          *[f"--gin_file={f}" for f in FLAGS.gin_file],
+          *[f"--gin_bindings={b}" for b in FLAGS.gin_bindings],
         ],
         capture_output=True,
         text=True,

@@ -118,6 +118,11 @@ def train_local(
       outer_training.snapshot_every.
   """
   setup = setup if setup is not None else outer_lib.outer_training()
+  if evaluate_snapshots and setup.snapshot_every is None:  # Before anything is written.
+    raise ValueError(
+      "train_local.evaluate_snapshots needs snapshots to evaluate: bind "
+      "outer_training.snapshot_every (e.g. 10)."
+    )
   if num_workers is None:
     num_workers = chief_lib.configured_batch_size()
   transport = in_process.InProcessTransport()
@@ -146,11 +151,6 @@ def train_local(
     )
   evaluator = None
   if evaluate_snapshots:
-    if setup.snapshot_every is None:
-      raise ValueError(
-        "train_local.evaluate_snapshots needs snapshots to evaluate: bind "
-        "outer_training.snapshot_every (e.g. 10)."
-      )
     evaluator = evaluator_lib.Evaluator(train_dir, setup.lopt, setup.family)
   stats = loops.chief_loop(
     files,

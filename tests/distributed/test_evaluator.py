@@ -145,11 +145,13 @@ def test_the_evaluator_watches_until_the_chief_has_finished(tmp_path):
   assert evaluated == 0 and len(polls) == 4  # it keeps watching.
 
 
-def test_evaluating_snapshots_needs_snapshots():
+def test_evaluating_snapshots_needs_snapshots(tmp_path):
   _bind_small()
   setup = outer_training.outer_training(family=FAMILY, lopt=LOPT, num_outer_steps=1)
+  train_dir = tmp_path / "train"
   with pytest.raises(ValueError, match="outer_training.snapshot_every"):
-    local.train_local("unused", num_workers=1, setup=setup, evaluate_snapshots=True)
+    local.train_local(str(train_dir), num_workers=1, setup=setup, evaluate_snapshots=True)
+  assert not train_dir.exists()  # Refused before anything was written.
 
 
 def test_the_evaluator_task_type_of_tf_config():
