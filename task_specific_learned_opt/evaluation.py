@@ -2,15 +2,29 @@
 
 An evaluation trains tasks of a family (the outer-test classes) from several inner
 initialisations with each candidate optimizer: an exported theta, a hand-designed optimizer with
-given hyper-parameters, or a learning-rate grid of one (the paper's baselines: 11 values
-log-spaced from 1e-4 to 10, the best per task, judged by the mean training loss of the run). It
-records train and test loss and accuracy at log-spaced steps and the training speed, and writes:
+given hyper-parameters, the winner of a random search (baselines.py), or a learning-rate grid of
+one (the paper's baselines: 11 values log-spaced from 1e-4 to 10, the best per task). Every run
+records train, validation and test loss and accuracy at log-spaced steps and at
+`num_average_points` evenly spaced steps, and the training speed. Per run:
 
-  evaluation.json          everything, per candidate [task, init, point] arrays;
+  mean_loss        the mean minibatch training loss over the run;
+  mean_valid_loss  the mean validation loss at the evenly spaced steps (step 0 excluded): the
+                   L_valid of baselines.py, so a search's L_valid and an evaluation's agree;
+  mean_test_loss   the mean test loss at the same steps.
+
+The paper's baselines are tuned for both losses it plots (Fig. 6): a grid baseline gets two
+learning rates per task, one by mean_loss ("<kind> (lr tuned per task on train loss)") and one by
+mean_valid_loss ("... on valid loss"), and a search winner belongs to its search's objective.
+The train-loss panel of the curves, and the comparisons on mean_loss, use the baselines tuned on
+training loss; the test-loss panel, and the comparisons on mean_test_loss, those tuned on
+validation loss. Learned and fixed candidates are in both. The outputs:
+
+  evaluation.json          everything, per candidate [task, init, point] arrays, the panels;
   evaluation.csv           one row per (candidate, task, init, step);
   curves.png               median and 25/75 percentiles against steps (Fig. 6a/b) ...
   curves_wallclock.png     ... and against wall-clock, steps rescaled by measured steps/s (App. I);
-  histogram_<a>_vs_<b>.png per task, (baseline - learned) mean training loss (Fig. 6c).
+  histogram_<metric>_<a>_vs_<b>.png
+                           per task, (baseline - learned) run-averaged loss (Fig. 6c).
 
 Run r of task t uses seed fold_in(fold_in(seed, t), r): its parameters come from
 fold_in(run seed, 0) and its data from fold_in(run seed, 1), exactly as inner_training.train,
@@ -23,7 +37,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import gin
 import numpy as np
@@ -42,6 +56,20 @@ CSV_FILENAME = "evaluation.csv"
 CURVES_FILENAME = "curves.png"
 WALLCLOCK_FILENAME = "curves_wallclock.png"
 LEARNING_RATES = tuple(float(x) for x in np.logspace(-4, 1, 11))  # Sec. 4.4: 1e-4 ... 10.
+NUM_AVERAGE_POINTS = 20  # Evenly spaced steps of mean_valid_loss and mean_test_loss.
+SPLITS = ("train", "valid", "test")  # Measured at every point of every run.
+# What a baseline is tuned on (the objectives of baselines.py) -> the run-averaged metric it picks.
+TUNING_METRICS = {"train": "mean_loss", "valid": "mean_valid_loss"}
+# Fig. 6a/b: the loss each panel of the curves plots -> the objective its baselines are tuned on;
+# and the run-averaged metric each panel's comparisons (Fig. 6c) are made on.
+PANEL_OBJECTIVES = {"train": "train", "test": "valid"}
+PANEL_METRICS = {"train": "mean_loss", "test": "mean_test_loss"}
+METRIC_NAMES = {
+  "mean_loss": "mean training loss",
+  "mean_valid_loss": "mean validation loss",
+  "mean_test_loss": "mean test loss",
+}
+_OBJECTIVE_NAMES = {"train": "training", "valid": "validation"}
 # A Candidate's `make`: its values (theta, or hyper-parameters, a nest of tensors) -> Optimizer.
 _Make = Callable[[Any], opt_base.Optimizer]
 
@@ -50,6 +78,34 @@ def curve_steps(num_steps: int, num_points: int) -> np.ndarray:
   """0 and `num_points` log-spaced steps up to `num_steps` (distinct integers)."""
   steps = np.unique(np.round(np.logspace(0, np.log10(num_steps), num_points)).astype(int))
   return np.concatenate([[0], steps])
+
+
+def average_steps(num_steps: int, num_points: int) -> np.ndarray:
+  """The evenly spaced steps the run-averaged validation and test losses are measured at.
+
+  linspace(0, num_steps, num_points + 1) as integers, without step 0: the steps of
+  baselines.py's L_valid (fewer than `num_points` if `num_steps` is smaller).
+
+  Args:
+    num_steps: inner steps per run.
+    num_points: how many steps (at least 1).
+
+  Raises:
+    ValueError: `num_points` is below 1.
+  """
+  if num_points < 1:
+    raise ValueError(f"num_average_points must be at least 1, got {num_points}.")
+  return np.unique(np.linspace(0, num_steps, num_points + 1).astype(int))[1:]
+
+
+def tuned_name(kind: str, objective: str) -> str:
+  """The name of a BASELINES kind whose learning rate is tuned per task on `objective`.
+
+  Args:
+    kind: the BASELINES kind ("adam", "rmsprop", "sgdm", "sgd").
+    objective: "train" (mean training loss) or "valid" (mean validation loss).
+  """
+  return f"{kind} (lr tuned per task on {objective} loss)"
 
 
 class _Compiled:
@@ -131,9 +187,19 @@ def evaluate_run(
 ) -> dict:
   """One inner run of `candidate` on `task`, measured at `points` (steps, starting with 0).
 
+  Args:
+    family: the family `task` belongs to (its tasks share compiled functions).
+    task: the inner problem.
+    candidate: the optimizer.
+    num_steps: inner steps of the run.
+    seed: the run's seed (params from fold_in(seed, 0), data from fold_in(seed, 1)).
+    points: increasing steps where the metrics are measured.
+    num_eval_batches: batches averaged for each measurement (the same batches every time).
+    splits: the splits measured ("train", "valid", "test").
+
   Returns:
     {"losses": [num_steps] clipped minibatch training losses (as inner_training.train),
-     "train_loss", "train_accuracy", "test_loss", "test_accuracy": [len(points)] arrays,
+     "<split>_loss", "<split>_accuracy" for each of `splits`: [len(points)] arrays,
      "steps_per_second": training speed, over every chunk but the first}.
   """
   compiled = _compiled(family, task, candidate.make, num_eval_batches)
@@ -192,13 +258,34 @@ def evaluate_candidates(
   num_points: int = 30,
   seed: int = 0,
   num_eval_batches: int = 5,
+  num_average_points: int = NUM_AVERAGE_POINTS,
 ) -> dict:
-  """Every candidate on the same tasks, inits and data. Returns {name: arrays}.
+  """Every candidate on the same tasks, inits and data.
 
-  Arrays: train/test loss/accuracy [num_tasks, num_inits, points], mean_loss [num_tasks,
-  num_inits] (the mean minibatch training loss of the run), steps_per_second [tasks, inits].
+  Each run is measured on every split at the log-spaced curve steps and at the evenly spaced
+  steps of the run-averaged losses (one sorted set of points, `steps`).
+
+  Args:
+    family: the tasks.
+    candidates: the optimizers (distinct names).
+    num_tasks: tasks sampled from `family`.
+    num_inits: inner initialisations per task.
+    num_steps: inner steps per run.
+    num_points: log-spaced steps of the curves.
+    seed: seeds the tasks, the inits and the data.
+    num_eval_batches: batches averaged for each measurement.
+    num_average_points: evenly spaced steps of mean_valid_loss and mean_test_loss.
+
+  Returns:
+    {"steps": every measured step, "average_steps": the evenly spaced ones, "results": {name:
+    arrays}}. Arrays: train/valid/test loss/accuracy [num_tasks, num_inits, len(steps)];
+    mean_loss [num_tasks, num_inits] (the mean minibatch training loss of the run);
+    mean_valid_loss and mean_test_loss [num_tasks, num_inits] (the mean over average_steps);
+    steps_per_second [num_tasks, num_inits].
   """
-  points = curve_steps(num_steps, num_points)
+  averaged = average_steps(num_steps, num_average_points)
+  points = np.union1d(curve_steps(num_steps, num_points), averaged)
+  where = np.searchsorted(points, averaged)
   results = {c.name: {} for c in candidates}
   start, total, done = time.time(), num_tasks * num_inits * len(candidates), 0
   for t in range(num_tasks):
@@ -206,24 +293,31 @@ def evaluate_candidates(
     for r in range(num_inits):
       for c in candidates:
         run = evaluate_run(
-          family, task, c, num_steps, run_seed(seed, t, r), points, num_eval_batches
+          family, task, c, num_steps, run_seed(seed, t, r), points, num_eval_batches, SPLITS
         )
         for key, value in run.items():
           if key != "losses":
             results[c.name].setdefault(key, []).append(value)
-        results[c.name].setdefault("mean_loss", []).append(float(np.mean(run["losses"])))
+        means = {
+          "mean_loss": np.mean(run["losses"]),
+          "mean_valid_loss": np.mean(run["valid_loss"][where]),
+          "mean_test_loss": np.mean(run["test_loss"][where]),
+        }
+        for key, value in means.items():
+          results[c.name].setdefault(key, []).append(float(value))
         done += 1
         rate = done / (time.time() - start)
         logging.info(
-          "eval %d/%d: task %d init %d %s: mean train loss %.4f, final test loss %.4f, "
-          "%.0f steps/s; ETA %.0fs",
+          "eval %d/%d: task %d init %d %s: mean train loss %.4f, mean valid loss %.4f, "
+          "mean test loss %.4f, %.0f steps/s; ETA %.0fs",
           done,
           total,
           t,
           r,
           c.name,
-          np.mean(run["losses"]),
-          run["test_loss"][-1],
+          means["mean_loss"],
+          means["mean_valid_loss"],
+          means["mean_test_loss"],
           run["steps_per_second"],
           (total - done) / rate,
         )
@@ -232,7 +326,14 @@ def evaluate_candidates(
     results[name] = {
       k: np.reshape(np.asarray(v), shape + list(np.shape(v[0]))) for k, v in results[name].items()
     }
-  return {"steps": points, "results": results}
+  return {"steps": points, "average_steps": averaged, "results": results}
+
+
+class TunedBaseline(NamedTuple):
+  """A baseline whose learning rate was chosen per task on one objective."""
+
+  results: dict  # The chosen runs' arrays, as evaluate_candidates gives them.
+  learning_rates: np.ndarray  # [num_tasks] the chosen learning rate of each task.
 
 
 def tune_learning_rate_per_task(
@@ -245,38 +346,78 @@ def tune_learning_rate_per_task(
   num_points: int = 30,
   seed: int = 0,
   num_eval_batches: int = 5,
-) -> tuple[dict, np.ndarray]:
-  """A baseline with its learning rate picked per task from a grid (Sec. 4.4).
+  num_average_points: int = NUM_AVERAGE_POINTS,
+) -> dict[str, TunedBaseline]:
+  """A baseline with its learning rate picked per task from a grid (Sec. 4.4), per objective.
 
-  Each task's learning rate is the grid value with the lowest mean training loss over its runs
-  (non-finite counts as worst). Returns (that baseline's arrays, as evaluate_candidates gives
-  them, with the chosen runs; the chosen learning rate per task).
+  The grid runs once. For each objective of TUNING_METRICS, each task's learning rate is the grid
+  value whose runs have the lowest mean of that metric: "train" the mean training loss, "valid"
+  the mean validation loss (non-finite counts as worst).
+
+  Args:
+    family: the tasks.
+    kind: the BASELINES kind ("adam", "rmsprop", "sgdm", "sgd").
+    num_tasks: tasks sampled from `family`.
+    num_inits: inner initialisations per task.
+    num_steps: inner steps per run.
+    learning_rates: the grid.
+    num_points: log-spaced steps of the curves.
+    seed: seeds the tasks, the inits and the data (as evaluate_candidates).
+    num_eval_batches: batches averaged for each measurement.
+    num_average_points: evenly spaced steps of mean_valid_loss and mean_test_loss.
+
+  Returns:
+    {objective: TunedBaseline} for "train" and "valid".
   """
   candidates = [
     candidates_lib.baseline(f"{kind} lr={lr:.3g}", kind, learning_rate=lr) for lr in learning_rates
   ]
   grid = evaluate_candidates(
-    family, candidates, num_tasks, num_inits, num_steps, num_points, seed, num_eval_batches
+    family,
+    candidates,
+    num_tasks,
+    num_inits,
+    num_steps,
+    num_points,
+    seed,
+    num_eval_batches,
+    num_average_points,
   )
-  objective = np.stack([grid["results"][c.name]["mean_loss"].mean(axis=1) for c in candidates])
-  objective = np.where(np.isfinite(objective), objective, np.inf)
-  best = np.argmin(objective, axis=0)  # [num_tasks]
-  chosen = {}
-  for key in grid["results"][candidates[0].name]:
-    stacked = np.stack([grid["results"][c.name][key] for c in candidates])
-    chosen[key] = stacked[best, np.arange(num_tasks)]
-  return chosen, np.asarray(learning_rates)[best]
+  runs = [grid["results"][c.name] for c in candidates]
+  tuned = {}
+  for objective, metric in TUNING_METRICS.items():
+    values = np.stack([r[metric].mean(axis=1) for r in runs])  # [grid, num_tasks]
+    best = np.argmin(np.where(np.isfinite(values), values, np.inf), axis=0)
+    chosen = {key: np.stack([r[key] for r in runs])[best, np.arange(num_tasks)] for key in runs[0]}
+    tuned[objective] = TunedBaseline(chosen, np.asarray(learning_rates)[best])
+  return tuned
 
 
-def compare(evaluation: dict, learned_name: str, baseline_name: str) -> dict:
-  """Per task, baseline minus learned mean training loss (averaged over inits); who wins."""
+def compare(
+  evaluation: dict, learned_name: str, baseline_name: str, metric: str = "mean_loss"
+) -> dict:
+  """Per task, baseline minus learned `metric` (averaged over inits); who wins.
+
+  Args:
+    evaluation: an evaluation with both candidates in its "results".
+    learned_name: the learned optimizer.
+    baseline_name: the baseline.
+    metric: a run-averaged metric of METRIC_NAMES ("mean_loss": training loss).
+
+  Returns:
+    {"learned", "baseline", "metric", "metric_name", "difference": [num_tasks],
+     "learned_mean_loss" and "baseline_mean_loss": the metric's mean over tasks,
+     "fraction_learned_wins": the fraction of tasks with a positive difference}.
+  """
   results = evaluation["results"]
-  learned_loss = np.asarray(results[learned_name]["mean_loss"]).mean(axis=1)
-  baseline_loss = np.asarray(results[baseline_name]["mean_loss"]).mean(axis=1)
+  learned_loss = np.asarray(results[learned_name][metric]).mean(axis=1)
+  baseline_loss = np.asarray(results[baseline_name][metric]).mean(axis=1)
   difference = baseline_loss - learned_loss
   return {
     "learned": learned_name,
     "baseline": baseline_name,
+    "metric": metric,
+    "metric_name": METRIC_NAMES[metric],
     "difference": difference,
     "learned_mean_loss": float(np.mean(learned_loss)),
     "baseline_mean_loss": float(np.mean(baseline_loss)),
@@ -296,8 +437,31 @@ def _jsonable(x: Any) -> Any:
   return x
 
 
+def panel_titles(evaluation: dict) -> dict[str, str]:
+  """The titles of the curves' panels: the loss each plots and the baselines it uses.
+
+  Args:
+    evaluation: an evaluation with "panel_baselines" ({panel: baseline names}).
+  """
+  titles = {}
+  for panel, objective in PANEL_OBJECTIVES.items():
+    names = evaluation.get("panel_baselines", {}).get(panel, [])
+    titles[panel] = (
+      f"{panel} loss; baselines tuned on {_OBJECTIVE_NAMES[objective]} loss: "
+      f"{', '.join(names) or 'none'}"
+    )
+  return titles
+
+
 def write(evaluation: dict, output_dir: str, title: str, comparisons: Sequence[dict] = ()) -> dict:
-  """JSON, CSV and PNG plots in `output_dir`; returns {what: path}."""
+  """JSON, CSV and PNG plots in `output_dir`; returns {what: path}.
+
+  Args:
+    evaluation: as run_evaluation makes it (steps, results, panels, ...).
+    output_dir: where the files go.
+    title: the curves' title.
+    comparisons: `compare` results, one histogram each.
+  """
   tf.io.gfile.makedirs(output_dir)
   paths = {
     "json": os.path.join(output_dir, RESULTS_FILENAME),
@@ -308,21 +472,10 @@ def write(evaluation: dict, output_dir: str, title: str, comparisons: Sequence[d
   with open(paths["json"], "w") as f:
     json.dump(_jsonable({**evaluation, "comparisons": list(comparisons)}), f)
   steps = evaluation["steps"]
+  metrics = [f"{split}_{m}" for split in SPLITS for m in ("loss", "accuracy")]
   with open(paths["csv"], "w", newline="") as f:
     writer = csv.writer(f)
-    writer.writerow(
-      [
-        "optimizer",
-        "task",
-        "init",
-        "step",
-        "train_loss",
-        "train_accuracy",
-        "test_loss",
-        "test_accuracy",
-        "steps_per_second",
-      ]
-    )
+    writer.writerow(["optimizer", "task", "init", "step", *metrics, "steps_per_second"])
     for name, r in evaluation["results"].items():
       num_tasks, num_inits = np.shape(r["mean_loss"])
       for t in range(num_tasks):
@@ -330,18 +483,21 @@ def write(evaluation: dict, output_dir: str, title: str, comparisons: Sequence[d
           for p, step in enumerate(steps):
             writer.writerow(
               [name, t, i, int(step)]
-              + [
-                float(r[k][t][i][p])
-                for k in ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
-              ]
+              + [float(r[k][t][i][p]) for k in metrics]
               + [float(r["steps_per_second"][t][i])]
             )
-  plots.plot_eval_curves(evaluation, paths["curves"], title)
+  titles = panel_titles(evaluation)
+  plots.plot_eval_curves(evaluation, paths["curves"], title, panel_titles=titles)
   plots.plot_eval_curves(
-    evaluation, paths["curves_wallclock"], title + " (wall-clock)", wallclock=True
+    evaluation,
+    paths["curves_wallclock"],
+    title + " (wall-clock)",
+    wallclock=True,
+    panel_titles=titles,
   )
   for c in comparisons:
-    key = re.sub(r"[^A-Za-z0-9.=-]+", "_", f"histogram_{c['baseline']}_vs_{c['learned']}")
+    metric = METRIC_NAMES[c.get("metric", "mean_loss")]
+    key = re.sub(r"[^A-Za-z0-9.=-]+", "_", f"histogram_{metric}_{c['baseline']}_vs_{c['learned']}")
     paths[key] = os.path.join(output_dir, f"{key}.png")
     plots.plot_histogram(c, paths[key])
   return paths
@@ -360,15 +516,62 @@ def run_evaluation(
   num_points: int,
   num_eval_batches: int,
   seed: int,
+  searched_objectives: Mapping[str, str] | None = None,
+  num_average_points: int = NUM_AVERAGE_POINTS,
 ) -> dict:
-  """Candidates and per-task tuned baselines on the same runs; files, plots and a summary."""
+  """Candidates and per-task tuned baselines on the same runs; files, plots and a summary.
+
+  Each kind of `tuned_baselines` gives two baselines, its learning rate tuned per task on
+  training and on validation loss. The train-loss panel draws the learned and fixed candidates
+  and the baselines tuned on training loss, and each learned candidate is compared with those on
+  mean_loss; the test-loss panel and the comparisons on mean_test_loss use the baselines tuned on
+  validation loss.
+
+  Args:
+    output_dir: where the results and plots go.
+    family: the held-out tasks.
+    candidates: learned, fixed and searched optimizers (distinct names).
+    learned_names: the candidates compared with every baseline of their panel (Fig. 6c).
+    tuned_baselines: BASELINES kinds whose learning rate is tuned per task on `learning_rates`.
+    learning_rates: the grid.
+    num_tasks: held-out tasks.
+    num_inits: inner initialisations per task.
+    num_steps: inner steps per run.
+    num_points: log-spaced steps of the curves.
+    num_eval_batches: batches averaged for each measurement.
+    seed: seeds the tasks, the inits and the data.
+    searched_objectives: {candidate name: "train" or "valid"}: the candidates that are baselines
+      tuned on that objective (a random search's winners); other candidates are in both panels.
+    num_average_points: evenly spaced steps of mean_valid_loss and mean_test_loss.
+
+  Returns:
+    The evaluation: evaluate_candidates' arrays, "tuned_learning_rates", "panels" and
+    "panel_baselines" ({"train": names, "test": names}), "comparisons" and "paths".
+
+  Raises:
+    ValueError: an objective of `searched_objectives` is neither "train" nor "valid".
+  """
+  searched_objectives = dict(searched_objectives or {})
+  for name, objective in searched_objectives.items():
+    if objective not in TUNING_METRICS:
+      raise ValueError(
+        f"{name} was tuned on {objective!r}; expected one of {tuple(TUNING_METRICS)}."
+      )
   evaluation = evaluate_candidates(
-    family, candidates, num_tasks, num_inits, num_steps, num_points, seed, num_eval_batches
+    family,
+    candidates,
+    num_tasks,
+    num_inits,
+    num_steps,
+    num_points,
+    seed,
+    num_eval_batches,
+    num_average_points,
   )
   evaluation["tuned_learning_rates"] = {}
+  baseline_objectives = {}  # Baseline name -> the objective it is tuned on.
   for kind in tuned_baselines:
-    name = f"{kind} (lr tuned per task)"
-    evaluation["results"][name], rates = tune_learning_rate_per_task(
+    tuned = tune_learning_rate_per_task(
       family,
       kind,
       num_tasks,
@@ -378,26 +581,56 @@ def run_evaluation(
       num_points,
       seed,
       num_eval_batches,
+      num_average_points,
     )
-    evaluation["tuned_learning_rates"][name] = rates
+    for objective, (results, rates) in tuned.items():
+      name = tuned_name(kind, objective)
+      evaluation["results"][name] = results
+      evaluation["tuned_learning_rates"][name] = rates
+      baseline_objectives[name] = objective
+  for c in candidates:
+    if c.name in searched_objectives:
+      baseline_objectives[c.name] = searched_objectives[c.name]
+  both = [c.name for c in candidates if c.name not in baseline_objectives]
+  evaluation["panel_baselines"] = {
+    panel: [name for name, o in baseline_objectives.items() if o == objective]
+    for panel, objective in PANEL_OBJECTIVES.items()
+  }
+  evaluation["panels"] = {
+    panel: both + names for panel, names in evaluation["panel_baselines"].items()
+  }
   comparisons = [
-    compare(evaluation, name, f"{kind} (lr tuned per task)")
-    for name in learned_names
-    for kind in tuned_baselines
+    compare(evaluation, learned, baseline, PANEL_METRICS[panel])
+    for panel, baseline_names in evaluation["panel_baselines"].items()
+    for learned in learned_names
+    for baseline in baseline_names
   ]
   title = f"{family.name}: {num_tasks} held-out tasks x {num_inits} inits, {num_steps} steps"
   paths = write(evaluation, output_dir, title, comparisons)
   for c in comparisons:
     print(
       f"{c['learned']} vs {c['baseline']} on {len(c['difference'])} held-out tasks, "
-      f"{num_steps} steps: mean training loss {c['learned_mean_loss']:.4f} vs "
+      f"{num_steps} steps: {c['metric_name']} {c['learned_mean_loss']:.4f} vs "
       f"{c['baseline_mean_loss']:.4f}; the learned optimizer wins on "
       f"{100 * c['fraction_learned_wins']:.0f}% of them",
+      flush=True,
+    )
+  for panel, objective in PANEL_OBJECTIVES.items():
+    print(
+      f"The {panel}-loss panel of {CURVES_FILENAME} and the {METRIC_NAMES[PANEL_METRICS[panel]]} "
+      f"comparisons use the baselines tuned on {_OBJECTIVE_NAMES[objective]} loss: "
+      f"{', '.join(evaluation['panel_baselines'][panel]) or 'none'}",
       flush=True,
     )
   print(f"Evaluation: {paths['json']}; plots: {paths['curves']}", flush=True)
   evaluation["comparisons"], evaluation["paths"] = comparisons, paths
   return evaluation
+
+
+def _search_objective(path: str) -> str:
+  """The objective ("train" or "valid") a random search's best.json was tuned on."""
+  with open(path) as f:
+    return json.load(f)["signature"]["objective"]
 
 
 @gin.configurable(denylist=["output_dir", "thetas", "searched"])
@@ -416,37 +649,45 @@ def evaluate(
   num_points: int = 30,
   num_eval_batches: int = 5,
   seed: int = 0,
+  num_average_points: int = NUM_AVERAGE_POINTS,
 ) -> dict:
   """bin/eval: exported thetas and baselines on held-out tasks of `family`; files and plots.
 
   Args:
     output_dir: where the results and plots go.
     thetas: {name: theta export directory} of `lopt`.
-    searched: best.json files of random searches (bin/tune_baselines); their winners run as
-      fixed candidates (the paper's Adam+Reg+Decay curves).
+    searched: best.json files of random searches (bin/tune_baselines); their winners (the
+      paper's Adam+Reg+Decay curves) are baselines tuned on the search's objective: L_train
+      winners in the train-loss panel and comparisons, L_valid winners in the test-loss ones.
     family: the held-out tasks (e.g. the outer-test classes).
     lopt: the learned optimizer the thetas belong to.
     optimizers: {name: hand-designed optimizer with fixed hyper-parameters}.
-    tuned_baselines: BASELINES kinds whose learning rate is tuned per task on `learning_rates`.
+    tuned_baselines: BASELINES kinds whose learning rate is tuned per task on `learning_rates`,
+      once on training loss and once on validation loss.
     learning_rates: the grid (Sec. 4.4: 11 values log-spaced from 1e-4 to 10).
     num_tasks: held-out tasks (Fig. 6c: 100).
     num_inits: inner initialisations per task (5).
     num_steps: inner steps per run (10,000; 100,000 for the longer-unroll experiment).
-    num_points: log-spaced steps where train and test metrics are measured.
+    num_points: log-spaced steps of the curves.
     num_eval_batches: batches averaged for each measurement.
     seed: seeds the tasks, the inits and the data.
+    num_average_points: evenly spaced steps (step 0 excluded) whose validation and test losses
+      are averaged into mean_valid_loss and mean_test_loss (baselines.py's L_valid).
 
   Returns:
-    The evaluation, with "comparisons" (each theta against each tuned baseline) and "paths".
+    The evaluation, with "panels", "comparisons" (each theta against each baseline of each
+    panel) and "paths".
   """
-  candidates = []
+  candidates, searched_objectives = [], {}
   for name, directory in (thetas or {}).items():
     if lopt is None:
       raise ValueError("Evaluating a theta needs evaluate.lopt (the learned optimizer) in gin.")
     candidates.append(candidates_lib.learned(name, lopt, checkpoints.load_theta(directory, lopt)))
   candidates += [candidates_lib.fixed(name, opt) for name, opt in (optimizers or {}).items()]
   for path in searched:
-    candidates += candidates_lib.searched(path)
+    winners = candidates_lib.searched(path)
+    candidates += winners
+    searched_objectives.update({c.name: _search_objective(path) for c in winners})
   return run_evaluation(
     output_dir,
     family,
@@ -460,6 +701,8 @@ def evaluate(
     num_points,
     num_eval_batches,
     seed,
+    searched_objectives,
+    num_average_points,
   )
 
 
@@ -477,10 +720,13 @@ def compare_with_tuned_baseline(
   num_points: int = 20,
   num_eval_batches: int = 5,
   seed: int = 0,
+  num_average_points: int = NUM_AVERAGE_POINTS,
 ) -> dict:
   """A freshly trained theta against a learning-rate-tuned baseline on held-out tasks.
 
-  What bin/train_local runs at the end when `train_local.final_evaluation` names it.
+  What bin/train_local runs at the end when `train_local.final_evaluation` names it. The
+  baseline's learning rate is tuned per task on training loss (compared on mean training loss,
+  printed first) and on validation loss (compared on mean test loss).
 
   Args:
     output_dir: where the results and plots go.
@@ -492,9 +738,10 @@ def compare_with_tuned_baseline(
     num_tasks: held-out tasks.
     num_inits: inner initialisations per task.
     num_steps: inner steps per run.
-    num_points: log-spaced steps where train and test metrics are measured.
+    num_points: log-spaced steps of the curves.
     num_eval_batches: batches averaged for each measurement.
     seed: seeds the tasks, the inits and the data.
+    num_average_points: evenly spaced steps of mean_valid_loss and mean_test_loss.
 
   Returns:
     The evaluation, as `evaluate` returns it.
@@ -513,4 +760,5 @@ def compare_with_tuned_baseline(
     num_points,
     num_eval_batches,
     seed,
+    num_average_points=num_average_points,
   )

@@ -53,44 +53,70 @@ def _percentiles(x: np.ndarray) -> np.ndarray:
   return np.nanpercentile(flat, [25, 50, 75], axis=0)
 
 
-def plot_eval_curves(evaluation: dict, path: str, title: str, wallclock: bool = False) -> None:
-  """Median and 25/75 percentiles (over tasks and inits) of train and test loss."""
+def plot_eval_curves(
+  evaluation: dict,
+  path: str,
+  title: str,
+  wallclock: bool = False,
+  panel_titles: dict[str, str] | None = None,
+) -> None:
+  """Median and 25/75 percentiles (over tasks and inits) of train and test loss (Fig. 6a/b).
+
+  Args:
+    evaluation: evaluation.py's evaluation: "steps", "results" and, if given, "panels"
+      ({"train": names, "test": names}: the candidates each panel draws; default: every one).
+    path: the PNG to write.
+    title: the figure's title.
+    wallclock: against seconds (steps / the run's measured steps per second) instead of steps.
+    panel_titles: {"train": ..., "test": ...}; default: the loss each panel plots.
+  """
   steps = np.asarray(evaluation["steps"], np.float64)
-  fig = _figure((10, 4))
+  results = evaluation["results"]
+  panels = evaluation.get("panels") or {split: list(results) for split in ("train", "test")}
+  colors = {name: f"C{i % 10}" for i, name in enumerate(results)}  # The same in both panels.
+  fig = _figure((11, 4.6))
   axes = fig.subplots(1, 2)
-  for name, result in evaluation["results"].items():
-    x = steps
-    if wallclock:
-      rate = np.nanmedian(result["steps_per_second"])
-      if not np.isfinite(rate):
-        continue
-      x = steps / rate
-    for ax, split in zip(axes, ("train", "test"), strict=True):
-      q25, median, q75 = _percentiles(np.asarray(result[f"{split}_loss"]))
-      (line,) = ax.plot(x[1:], median[1:], label=name)
-      ax.fill_between(x[1:], q25[1:], q75[1:], color=line.get_color(), alpha=0.2)
   for ax, split in zip(axes, ("train", "test"), strict=True):
+    for name in panels[split]:
+      result = results[name]
+      x = steps
+      if wallclock:
+        rate = np.nanmedian(result["steps_per_second"])
+        if not np.isfinite(rate):
+          continue
+        x = steps / rate
+      q25, median, q75 = _percentiles(np.asarray(result[f"{split}_loss"]))
+      ax.plot(x[1:], median[1:], label=name, color=colors[name])
+      ax.fill_between(x[1:], q25[1:], q75[1:], color=colors[name], alpha=0.2)
     ax.set_xscale("log")
     ax.set_xlabel("seconds (steps / measured steps per second)" if wallclock else "inner step")
     ax.set_ylabel(f"{split} loss (median, 25-75%)")
-    ax.set_title(f"{split} loss")
-  axes[0].legend(fontsize=7)
+    panel_title = (panel_titles or {}).get(split, f"{split} loss")
+    ax.set_title("\n".join(textwrap.wrap(panel_title, 60)), fontsize=8)
+    ax.legend(fontsize=7)
   fig.suptitle(title, fontsize=9)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
 
 
 def plot_histogram(comparison: dict, path: str) -> None:
-  """Fig. 6c: per task, baseline minus learned loss (averaged over the run), as a histogram."""
+  """Fig. 6c: per task, baseline minus learned loss (averaged over the run), as a histogram.
+
+  Args:
+    comparison: evaluation.compare's result (its "metric_name" labels the x-axis).
+    path: the PNG to write.
+  """
   fig = _figure((6, 4))
   ax = fig.subplots()
   difference = comparison["difference"]
   ax.hist(difference, bins=max(10, len(difference) // 5), color="tab:blue")
   ax.axvline(0, color="black", linestyle=":")
-  ax.set_xlabel(f"{comparison['baseline']} loss - {comparison['learned']} loss (mean over run)")
+  metric = comparison.get("metric_name", "mean training loss")
+  label = f"{metric} over the run: {comparison['baseline']} - {comparison['learned']}"
+  ax.set_xlabel("\n".join(textwrap.wrap(label, 70)), fontsize=8)
   ax.set_ylabel("tasks")
   ax.set_title(
-    f"learned wins on {100 * comparison['fraction_learned_wins']:.0f}% of "
+    f"{metric}: learned wins on {100 * comparison['fraction_learned_wins']:.0f}% of "
     f"{len(difference)} held-out tasks",
     fontsize=9,
   )

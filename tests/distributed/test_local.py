@@ -207,9 +207,9 @@ def test_bin_train_local_main(tmp_path, capsys):
   assert os.path.exists(tmp_path / checkpoints.THETA_DIRNAME / checkpoints.THETA_INFO_FILENAME)
   # It ends with the comparison against learning-rate-tuned Adam on held-out tasks.
   output = capsys.readouterr().out
-  assert "learned vs adam (lr tuned per task) on 2 held-out tasks, 6 steps" in output
+  assert "learned vs adam (lr tuned per task on train loss) on 2 held-out tasks, 6 steps" in output
   saved = json.load(open(tmp_path / local.EVAL_DIRNAME / "evaluation.json"))
-  assert len(saved["tuned_learning_rates"]["adam (lr tuned per task)"]) == 2
+  assert len(saved["tuned_learning_rates"]["adam (lr tuned per task on train loss)"]) == 2
   assert os.path.getsize(tmp_path / local.EVAL_DIRNAME / "curves.png") > 5000
 
 
