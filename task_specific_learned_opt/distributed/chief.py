@@ -81,6 +81,7 @@ class Chief:
     epsilon: float = 1e-8,
     estimator: str = ESTIMATOR,
     clip_value: float | None = None,
+    gradient_scale: float = 1.0,
     batch_size: int = BATCH_SIZE,
     max_staleness: int | None = None,
   ):
@@ -97,6 +98,12 @@ class Chief:
         the workers' g_pes, unbiased) or "pes_merged" (eq. 1 over g_rp and g_pes), for which
         the workers run persistent ES (docs/pes.md).
       clip_value: clip the gradient to +-clip_value before Adam (the authors' code: 0.1).
+      gradient_scale: multiplies the merged gradient before the clip and Adam. 1 is the
+        paper's estimates, g_rp = d(L+ + L-)/2 and g_es = (L+ - L-)/2 e / sigma^2. The authors'
+        code forms both at twice that scale (it sums L+ and L- and does not halve their
+        difference) and clips the merged gradient, so its clip at 0.1 acts as gradient_scale =
+        2 with clip_value = 0.1 here (gin/original_code/valid_objective.gin). The merge's
+        weights do not depend on the scale, and Adam's step hardly does (only through epsilon).
       batch_size: samples per update (128).
       max_staleness: drop samples computed with a theta more than this many outer steps old
         (counted as num_stale); None keeps them all, as the paper does.
@@ -106,6 +113,7 @@ class Chief:
     self.lopt = lopt
     self.estimator = estimator
     self.clip_value = clip_value
+    self.gradient_scale = float(gradient_scale)
     self.batch_size = int(batch_size)
     self.max_staleness = None if max_staleness is None else int(max_staleness)
     self.optimizer = adam.Adam(
@@ -156,6 +164,8 @@ class Chief:
       tf.nest.map_structure(lambda x: tf.boolean_mask(x, keep), nest) for nest in (g_rp, g_es)
     )
     gradient, merge = estimators.combine(g_rp, g_es, self.estimator)
+    if self.gradient_scale != 1.0:
+      gradient = tf.nest.map_structure(lambda g: self.gradient_scale * g, gradient)
     gradient = estimators.clip_by_value(gradient, self.clip_value)
     state = adam.AdamState(**tf.nest.map_structure(tf.convert_to_tensor, self.variables))
 

@@ -136,6 +136,22 @@ def test_the_gradient_is_clipped_per_coordinate_before_adam():
   np.testing.assert_allclose(given, merged, rtol=1e-4, atol=1e-6)
 
 
+def test_the_authors_scale_doubles_the_gradient_before_the_clip():
+  # The authors' code clips estimates twice the paper's at 0.1: the paper's merged gradient
+  # reaches Adam as 2 * clip(g, 0.05), so the clip binds from |g| = 0.05 on.
+  lopt = mlp_lopt.MLPLOpt()
+  beta1 = 0.5
+  boss = chief.Chief(lopt, clip_value=0.1, gradient_scale=2.0, learning_rate=0.01, beta1=beta1)
+  samples = _samples(lopt, 3, rp_scale=1.0, es_scale=1.0)
+  merged, _, _ = _merged(samples)
+  between = (np.abs(merged) > 0.05) & (np.abs(merged) < 0.1)
+  assert between.sum() > 10  # Coordinates that only the doubled estimates clip.
+  boss.apply(base.stack(samples))
+  given = _flat(boss.variables["m"]) / (1 - beta1)
+  np.testing.assert_allclose(given, np.clip(2 * merged, -0.1, 0.1), rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(given[between], 0.1 * np.sign(merged[between]), rtol=1e-6)
+
+
 def test_staleness_is_measured_and_one_trace_serves_every_batch_size():
   lopt = mlp_lopt.MLPLOpt()
   boss = chief.Chief(lopt, learning_rate=0.01)
