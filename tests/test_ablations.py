@@ -51,6 +51,13 @@ def test_the_papers_claims_are_checked_on_the_medians():
     "no momentum features fails": True,
     "no time features is nearly as good": True,
   }
+  margins = {c["claim"]: (c.get("margin"), c.get("resolved")) for c in ablations._claims(results)}
+  # g_rp only: 0.2 above merged, beyond merged's and its own interquartile range (0.2, 0.2)? No:
+  # equal to them, so not resolved. No momentum: 1.1 above, beyond both (0.2, 0.2): resolved.
+  assert margins["merged beats g_rp only"] == (pytest.approx(0.2), False)
+  assert margins["no momentum features fails"] == (pytest.approx(1.1), True)
+  assert margins["merged beats ES only"] == (pytest.approx(-0.05), False)
+  assert margins["no time features is nearly as good"] == (None, None)  # Not a comparison.
   results["no_time"]["median"] = 1.25  # More than the spread (0.2) above merged's 1.0.
   claims = {c["claim"]: c["holds"] for c in ablations._claims(results)}
   assert not claims["no time features is nearly as good"]
