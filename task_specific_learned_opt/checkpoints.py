@@ -24,6 +24,9 @@ THETA_DIRNAME = "theta"
 THETA_PREFIX = "theta"
 THETA_INFO_FILENAME = "theta_info.json"
 OPERATIVE_CONFIG_FILENAME = "operative_config.gin"
+# The project's root: a relative theta directory not found from the working directory is looked
+# up here, so the shipped thetas (pretrained/) load from anywhere.
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def write_operative_config(directory: str) -> str:
@@ -59,12 +62,19 @@ def save_theta(directory: str, theta: lopt_base.Theta, info: dict | None = None)
 def load_theta(directory: str, lopt: lopt_base.LearnedOptimizer) -> lopt_base.Theta:
   """Reads the theta exported in `directory` into the structure of `lopt.init`.
 
+  A relative `directory` that holds no export from the working directory is read from the
+  project's root (e.g. the shipped pretrained/<name>/theta).
+
   Raises:
     FileNotFoundError: no export in `directory`.
     ThetaMismatchError: the export's shapes differ from `lopt`'s (another architecture or
       feature set); the message names both.
   """
   prefix = os.path.join(directory, THETA_PREFIX)
+  in_project = os.path.join(PROJECT_ROOT, directory)
+  if not tf.io.gfile.exists(prefix + ".index") and not os.path.isabs(directory):
+    if tf.io.gfile.exists(os.path.join(in_project, THETA_PREFIX) + ".index"):
+      directory, prefix = in_project, os.path.join(in_project, THETA_PREFIX)
   if not tf.io.gfile.exists(prefix + ".index"):
     raise FileNotFoundError(f"No theta export in {directory} (expected {prefix}.index).")
   template = lopt.init(0)

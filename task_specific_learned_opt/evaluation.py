@@ -721,6 +721,7 @@ def compare_with_tuned_baseline(
   num_eval_batches: int = 5,
   seed: int = 0,
   num_average_points: int = NUM_AVERAGE_POINTS,
+  thetas: Mapping[str, str] | None = None,
 ) -> dict:
   """A freshly trained theta against a learning-rate-tuned baseline on held-out tasks.
 
@@ -742,16 +743,20 @@ def compare_with_tuned_baseline(
     num_eval_batches: batches averaged for each measurement.
     seed: seeds the tasks, the inits and the data.
     num_average_points: evenly spaced steps of mean_valid_loss and mean_test_loss.
+    thetas: {name: theta export directory} of `lopt` evaluated beside it on the same runs and
+      compared with the same baselines (e.g. a shipped theta, pretrained/<name>/theta).
 
   Returns:
     The evaluation, as `evaluate` returns it.
   """
-  candidate = candidates_lib.learned("learned", lopt, theta)
+  candidates = [candidates_lib.learned("learned", lopt, theta)]
+  for name, directory in (thetas or {}).items():
+    candidates.append(candidates_lib.learned(name, lopt, checkpoints.load_theta(directory, lopt)))
   return run_evaluation(
     output_dir,
     family,
-    [candidate],
-    ["learned"],
+    candidates,
+    [c.name for c in candidates],
     [baseline_kind],
     learning_rates,
     num_tasks,

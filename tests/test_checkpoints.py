@@ -26,3 +26,20 @@ def test_loading_into_another_architecture_names_both_shapes(tmp_path):
 def test_missing_export(tmp_path):
   with pytest.raises(FileNotFoundError, match="No theta export"):
     checkpoints.load_theta(str(tmp_path), mlp_lopt.MLPLOpt())
+
+
+def test_a_relative_directory_is_also_looked_up_in_the_project(tmp_path, monkeypatch):
+  lopt = mlp_lopt.MLPLOpt()
+  project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+  checkpoints.save_theta(str(project / "pretrained" / "x" / "theta"), lopt.init(5))
+  elsewhere.mkdir()
+  monkeypatch.chdir(elsewhere)
+  monkeypatch.setattr(checkpoints, "PROJECT_ROOT", str(project))
+  loaded = checkpoints.load_theta("pretrained/x/theta", lopt)
+  np.testing.assert_array_equal(tf.nest.flatten(loaded)[0], tf.nest.flatten(lopt.init(5))[0])
+  # The working directory comes first.
+  checkpoints.save_theta(str(elsewhere / "pretrained" / "x" / "theta"), lopt.init(6))
+  loaded = checkpoints.load_theta("pretrained/x/theta", lopt)
+  np.testing.assert_array_equal(tf.nest.flatten(loaded)[0], tf.nest.flatten(lopt.init(6))[0])
+  with pytest.raises(FileNotFoundError, match="No theta export"):
+    checkpoints.load_theta("pretrained/y/theta", lopt)

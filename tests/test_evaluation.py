@@ -357,3 +357,30 @@ def test_search_winners_go_to_the_panel_and_comparison_of_their_objective(tmp_pa
     comparisons[l_valid]["difference"],
     results[l_valid]["mean_loss"].mean(axis=1) - results["learned"]["mean_loss"].mean(axis=1),
   )
+
+
+def test_the_final_comparison_evaluates_other_thetas_beside_the_trained_one(tmp_path, capsys):
+  lopt = mlp_lopt.MLPLOpt()
+  checkpoints.save_theta(str(tmp_path / "shipped"), lopt.init(1))
+  result = evaluation.compare_with_tuned_baseline(
+    str(tmp_path / "eval"),
+    lopt,
+    lopt.init(0),
+    family=_isotropic_quadratics(0.5),
+    learning_rates=(0.1, 1.0),
+    num_tasks=2,
+    num_steps=10,
+    num_points=3,
+    num_average_points=2,
+    thetas={"shipped": str(tmp_path / "shipped")},
+  )
+  on_train = "adam (lr tuned per task on train loss)"
+  pairs = [(c["learned"], c["baseline"]) for c in result["comparisons"]]
+  assert pairs[:2] == [("learned", on_train), ("shipped", on_train)]
+  assert len(pairs) == 4  # And both against the baseline tuned on validation loss.
+  # Two different thetas on the same runs.
+  assert not np.allclose(
+    result["results"]["learned"]["mean_loss"], result["results"]["shipped"]["mean_loss"]
+  )
+  output = capsys.readouterr().out
+  assert output.index("learned vs " + on_train) < output.index("shipped vs " + on_train)
