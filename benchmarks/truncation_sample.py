@@ -38,6 +38,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_multi_integer("num_steps", [1000], "Truncation lengths K to measure.")
 flags.DEFINE_list("modes", ["plain", "sample"], "Which of plain, sample, sample_norecompute.")
 flags.DEFINE_integer("inter_op_threads", 2, "TensorFlow inter-op threads.")
+flags.DEFINE_integer("intra_op_threads", 0, "TensorFlow intra-op threads (0: all cores).")
 flags.DEFINE_float("segment_scale", 0.2, "segment_lengths_for.scale.")
 flags.DEFINE_integer("levels", 2, "segment_lengths_for.levels: levels of recomputation.")
 flags.DEFINE_multi_string("gin_file", [], "An experiment whose family and lopt are measured.")
@@ -61,6 +62,7 @@ def measure(
 ) -> dict:
   """Runs one measurement in this process and returns its numbers."""
   tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
+  tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
   if FLAGS.gin_file:
     gin_config.parse(FLAGS.gin_file, FLAGS.gin_bindings)
   gin.bind_parameter("segment_lengths_for.scale", segment_scale)
@@ -104,6 +106,7 @@ def measure(
     "gin_file": FLAGS.gin_file,
     "gin_bindings": FLAGS.gin_bindings,
     "repeats": FLAGS.repeats,
+    "threads": {"inter_op": inter_op_threads, "intra_op": FLAGS.intra_op_threads},
     "mode": mode,
     "num_steps": num_steps,
     "levels": levels if mode == "sample" else None,
@@ -135,6 +138,7 @@ def main(argv):
           __file__,
           f"--child={mode}:{k}",
           f"--inter_op_threads={FLAGS.inter_op_threads}",
+          f"--intra_op_threads={FLAGS.intra_op_threads}",
           f"--segment_scale={FLAGS.segment_scale}",
           f"--levels={FLAGS.levels}",
           f"--repeats={FLAGS.repeats}",
