@@ -59,6 +59,21 @@ def save_theta(directory: str, theta: lopt_base.Theta, info: dict | None = None)
   return path
 
 
+def find_theta_dir(directory: str) -> str:
+  """`directory`, or the project root's directory of that relative name if only it holds an export.
+
+  So a shipped theta (pretrained/<name>/theta) is found from any working directory.
+  """
+  in_project = os.path.join(PROJECT_ROOT, directory)
+  if (
+    not tf.io.gfile.exists(os.path.join(directory, THETA_PREFIX) + ".index")
+    and not os.path.isabs(directory)
+    and tf.io.gfile.exists(os.path.join(in_project, THETA_PREFIX) + ".index")
+  ):
+    return in_project
+  return directory
+
+
 def load_theta(directory: str, lopt: lopt_base.LearnedOptimizer) -> lopt_base.Theta:
   """Reads the theta exported in `directory` into the structure of `lopt.init`.
 
@@ -70,11 +85,8 @@ def load_theta(directory: str, lopt: lopt_base.LearnedOptimizer) -> lopt_base.Th
     ThetaMismatchError: the export's shapes differ from `lopt`'s (another architecture or
       feature set); the message names both.
   """
+  directory = find_theta_dir(directory)
   prefix = os.path.join(directory, THETA_PREFIX)
-  in_project = os.path.join(PROJECT_ROOT, directory)
-  if not tf.io.gfile.exists(prefix + ".index") and not os.path.isabs(directory):
-    if tf.io.gfile.exists(os.path.join(in_project, THETA_PREFIX) + ".index"):
-      directory, prefix = in_project, os.path.join(in_project, THETA_PREFIX)
   if not tf.io.gfile.exists(prefix + ".index"):
     raise FileNotFoundError(f"No theta export in {directory} (expected {prefix}.index).")
   template = lopt.init(0)

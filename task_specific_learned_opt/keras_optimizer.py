@@ -291,6 +291,7 @@ class LearnedOptimizer(keras.optimizers.Optimizer):
         feature set, ablation or hidden size); one line naming both and the fix.
     """
     lopt = _as_lopt(lopt)
+    theta_dir = checkpoints.find_theta_dir(theta_dir)
     prefix = os.path.join(theta_dir, checkpoints.THETA_PREFIX)
     if not tf.io.gfile.exists(prefix + ".index"):
       inner = os.path.join(theta_dir, checkpoints.THETA_DIRNAME)

@@ -208,6 +208,8 @@ def test_bin_train_local_main(tmp_path, capsys):
   # It ends with the comparison against learning-rate-tuned Adam on held-out tasks.
   output = capsys.readouterr().out
   assert "learned vs adam (lr tuned per task on train loss) on 2 held-out tasks, 6 steps" in output
+  # And the shipped theta beside it, on the same runs.
+  assert "shipped vs adam (lr tuned per task on train loss) on 2 held-out tasks, 6 steps" in output
   saved = json.load(open(tmp_path / local.EVAL_DIRNAME / "evaluation.json"))
   assert len(saved["tuned_learning_rates"]["adam (lr tuned per task on train loss)"]) == 2
   assert os.path.getsize(tmp_path / local.EVAL_DIRNAME / "curves.png") > 5000

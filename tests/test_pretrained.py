@@ -1,0 +1,91 @@
+"""The thetas shipped in pretrained/: each loads with the gin config that made it and trains."""
+
+import json
+import os
+
+import gin
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from task_specific_learned_opt import (
+  checkpoints,
+  configurables,  # noqa: F401 - registers the gin names.
+  evaluation,
+  gin_config,
+  keras_optimizer,
+)
+from task_specific_learned_opt.learned_optimizers import mlp_lopt
+
+from . import testing_utils
+
+PRETRAINED = os.path.join(testing_utils.REPO, "pretrained")
+SHIPPED = sorted(
+  name for name in os.listdir(PRETRAINED) if os.path.isdir(os.path.join(PRETRAINED, name))
+)
+
+
+def test_the_theta_outer_trained_on_the_generated_family_is_shipped():
+  assert "generated_bn_cnn_train" in SHIPPED
+  directory = os.path.join(PRETRAINED, "generated_bn_cnn_train")
+  for name in ("operative_config.gin", "outer_training.png", "outer_training_eval.png"):
+    assert os.path.getsize(os.path.join(directory, name)) > 1000, name
+  results = json.load(open(os.path.join(directory, "evaluation", "evaluation.json")))
+  assert "shipped" in results["results"]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_a_shipped_theta_loads_with_its_own_config_and_has_its_shapes(name):
+  directory = os.path.join(PRETRAINED, name)
+  gin_config.parse([os.path.join(directory, "operative_config.gin")])
+  lopt = mlp_lopt.MLPLOpt()
+  # A relative directory resolves against the project root, from any working directory.
+  theta = checkpoints.load_theta(os.path.join("pretrained", name, "theta"), lopt)
+  template = lopt.init(0)
+  assert tf.nest.map_structure(lambda x: x.shape, theta) == tf.nest.map_structure(
+    lambda x: x.shape, template
+  )
+  flat, initial = tf.nest.flatten(theta), tf.nest.flatten(template)
+  assert sum(int(np.size(x)) for x in flat) == 610  # App. D.1's optimizer.
+  assert all(np.all(np.isfinite(x)) for x in flat)
+  # Outer-trained: it moved away from the initialisation of its seed.
+  moved = [
+    np.max(np.abs(np.asarray(a) - np.asarray(b))) for a, b in zip(flat, initial, strict=True)
+  ]
+  assert max(moved) > 1e-2
+
+
+def test_keras_loads_the_shipped_theta_from_any_working_directory(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  optimizer = keras_optimizer.LearnedOptimizer.from_directory(
+    "pretrained/generated_bn_cnn_train/theta"
+  )
+  shipped = checkpoints.load_theta(
+    os.path.join(PRETRAINED, "generated_bn_cnn_train", "theta"), mlp_lopt.MLPLOpt()
+  )
+  for a, b in zip(tf.nest.flatten(optimizer.theta), tf.nest.flatten(shipped), strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.integration
+def test_a_short_evaluation_of_the_shipped_theta_runs_and_trains_held_out_tasks(tmp_path):
+  gin_config.parse(
+    ["gin/eval/pretrained.gin"],
+    [
+      "evaluate.num_tasks = 2",
+      "evaluate.num_inits = 1",
+      "evaluate.num_steps = 60",
+      "evaluate.num_points = 4",
+      "evaluate.learning_rates = (1e-3, 1e-2)",
+    ],
+  )
+  result = evaluation.evaluate(
+    str(tmp_path), {"shipped": "pretrained/generated_bn_cnn_train/theta"}
+  )
+  gin.clear_config()
+  shipped = result["results"]["shipped"]
+  losses = np.asarray(shipped["train_loss"])  # [tasks, inits, points]
+  assert np.all(np.isfinite(losses))
+  # Within 60 steps it takes both held-out tasks well below chance (log 10 = 2.30).
+  assert np.all(losses[..., -1] < losses[..., 0] - 0.3)
+  assert os.path.getsize(tmp_path / "curves.png") > 5000
