@@ -28,16 +28,16 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
-from task_specific_learned_opt import gin_config  # noqa: E402
+from task_specific_learned_opt import files, gin_config, nests  # noqa: E402
 from task_specific_learned_opt.distributed import (  # noqa: E402
   base,
   cluster,
   cluster_spec,
   launch,
   outer_training,
+  progress,
   tf_runtime,
 )
-from task_specific_learned_opt.distributed import train_dir as train_dir_lib  # noqa: E402
 from task_specific_learned_opt.learned_optimizers import mlp_lopt  # noqa: E402
 from task_specific_learned_opt.tasks import quadratic  # noqa: E402
 
@@ -51,7 +51,11 @@ flags.DEFINE_integer("probe_samples", 400, "Samples the probe worker times.")
 flags.DEFINE_string("output", None, "Where the JSON results go (else printed only).")
 
 BATCH = 128
-BINDINGS = ["Chief.batch_size = 128", "run_chief.linger_secs = 0", "run_chief.poll_secs = 0.001"]
+BINDINGS = [
+  "outer_training.batch_size = 128",
+  "run_chief.linger_secs = 0",
+  "run_chief.poll_secs = 0.001",
+]
 
 
 def _random_batch(num_params, rng, version, incarnation, first_index):
@@ -73,7 +77,7 @@ def _random_batch(num_params, rng, version, incarnation, first_index):
 def _stand_in(spec, probe):
   gin_config.parse([], BINDINGS)  # The chief's experiment, so that the fingerprints agree.
   template = tf.nest.map_structure(np.asarray, mlp_lopt.MLPLOpt().init(0))
-  num_params = base.flatten(template).size
+  num_params = nests.flatten_numpy(template).size
   transport = tf_runtime.TFRuntimeTransport(
     f"grpc://{spec['chief'][0]}",
     num_params,
@@ -158,8 +162,7 @@ def main(argv):
     probe_out = processes[0].communicate(timeout=120)[0]
     for p in processes[1:]:
       p.kill()
-  with open(os.path.join(train_dir, train_dir_lib.PROGRESS_FILENAME)) as f:
-    records = [json.loads(line) for line in f]
+  records = progress.read_records(train_dir)
   probe = json.loads(probe_out.strip().splitlines()[-1])
   result = {"batch_size": BATCH}
   if FLAGS.num_pushers:
@@ -176,7 +179,7 @@ def main(argv):
     )
   result.update(
     {
-      "num_meta_parameters": int(base.flatten(mlp_lopt.MLPLOpt().init(0)).size),
+      "num_meta_parameters": int(nests.flatten_numpy(mlp_lopt.MLPLOpt().init(0)).size),
       "num_pushers": FLAGS.num_pushers,
       "probe_worker": probe,
       "cpu_count": os.cpu_count(),
@@ -186,9 +189,7 @@ def main(argv):
   )
   logging.info("%s", json.dumps({k: v for k, v in result.items() if k != "gin"}, indent=1))
   if FLAGS.output:
-    os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
-    with open(FLAGS.output, "w") as f:
-      json.dump(result, f, indent=1)
+    files.write_json(FLAGS.output, result, indent=1)
 
 
 if __name__ == "__main__":

@@ -30,10 +30,8 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from task_specific_learned_opt import checkpoints
-from task_specific_learned_opt.distributed import chief as chief_lib
-from task_specific_learned_opt.distributed import launch
-from task_specific_learned_opt.distributed import train_dir as train_dir_lib
+from task_specific_learned_opt import checkpoints, files
+from task_specific_learned_opt.distributed import chief_update, launch, progress
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 
 FLAGS = flags.FLAGS
@@ -45,7 +43,7 @@ flags.DEFINE_integer("seed", 0, "Seeds which process is killed and when.")
 flags.DEFINE_string("train_dir", None, "The chief's train dir (default: a new temporary one).")
 flags.DEFINE_string("output", None, "Where the JSON report goes (else printed only).")
 
-GIN_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gin")
+GIN_FILE = os.path.join(files.PROJECT_ROOT, "gin")
 BINDINGS = [
   "outer_training.num_outer_steps = 1000000",
   "outer_training.checkpoint_every_secs = 10",
@@ -106,18 +104,10 @@ class Cluster:
     return statuses
 
 
-def _records(train_dir: str) -> list[dict]:
-  path = os.path.join(train_dir, train_dir_lib.PROGRESS_FILENAME)
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
-
-
 def _watch(cluster: Cluster, until: float, timeline: dict, pending: list) -> None:
   """Notes when new outer steps appear and when restarted processes are back, until `until`."""
   while time.time() < until:
-    records = _records(cluster.train_dir)
+    records = progress.read_records(cluster.train_dir)
     if records and records[-1]["outer_step"] not in timeline:
       timeline[records[-1]["outer_step"]] = time.time()
     for fault in pending:
@@ -136,7 +126,7 @@ def _theta_checks(train_dir: str) -> dict:
   lopt = mlp_lopt.MLPLOpt()
   exported = checkpoints.load_theta(os.path.join(train_dir, checkpoints.THETA_DIRNAME), lopt)
   latest = tf.train.latest_checkpoint(os.path.join(train_dir, checkpoints.CHECKPOINT_DIRNAME))
-  chief = chief_lib.Chief(lopt)
+  chief = chief_update.Chief(lopt)
   tf.train.Checkpoint(**chief.checkpoint_items()).read(latest).expect_partial()
   pairs = zip(tf.nest.flatten(exported), tf.nest.flatten(chief.theta_numpy()), strict=True)
   return {
@@ -154,7 +144,7 @@ def _latest_checkpoint_step(train_dir: str) -> int | None:
 
 
 def _checks(cluster: Cluster, faults: list[dict]) -> dict:
-  records = _records(cluster.train_dir)
+  records = progress.read_records(cluster.train_dir)
   steps = [r["outer_step"] for r in records]
   applied = [tuple(s[:3]) for r in records for s in r.get("samples", [])]
   chief_kills = [f for f in faults if f.get("name") == "chief" and "killed_at" in f]
@@ -258,8 +248,7 @@ def main(argv: list[str]) -> None:
   }
   logging.info("%s", json.dumps(report, indent=1))
   if FLAGS.output:
-    with open(FLAGS.output, "w") as f:
-      json.dump(report, f, indent=1)
+    files.write_json(FLAGS.output, report, indent=1)
   logs = glob.glob(os.path.join(cluster.log_dir, "*.log"))
   tracebacks = [path for path in logs if "Traceback" in open(path).read()]
   if tracebacks:

@@ -29,7 +29,6 @@ gradients of the batch, no update), and each optimizer's `apply` on fixed gradie
   python benchmarks/keras_optimizer.py --output benchmarks/results/keras_optimizer.json
 """
 
-import json
 import os
 import platform
 import time
@@ -39,7 +38,8 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-from task_specific_learned_opt import keras_optimizer
+from task_specific_learned_opt import files
+from task_specific_learned_opt.keras import optimizer as keras_optimizer
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 
 FLAGS = flags.FLAGS
@@ -205,17 +205,8 @@ def time_parts(theta, x, y) -> dict:
   return {name: summary(t) for name, t in times.items()}
 
 
-def main(argv):
-  del argv
-  tf.get_logger().setLevel("ERROR")  # time_parts traces one function per optimizer, on purpose.
-  tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
-  tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
-  load_start = os.getloadavg()
-  rng = np.random.default_rng(0)
-  n = FLAGS.batch_size * FLAGS.steps
-  x = rng.uniform(-1.0, 1.0, size=(n, 32, 32, 3)).astype(np.float32)
-  y = rng.integers(0, 10, size=n).astype(np.int32)
-  theta = mlp_lopt.MLPLOpt().init(0)
+def compiled_models(theta) -> dict:
+  """The paper CNN compiled with each --variants optimizer, from the same initial weights."""
   models = {}
   for name in FLAGS.variants:
     keras.utils.set_random_seed(0)
@@ -227,8 +218,11 @@ def main(argv):
       steps_per_execution=FLAGS.steps_per_execution,
     )
     models[name] = model
-  fit = time_fit(models, x, y)
-  parts = time_parts(theta, x, y)
+  return models
+
+
+def speed_ratios(fit: dict) -> tuple[dict, dict]:
+  """Learned/hand-designed ratios of steps per second (wall-clock, CPU time), per round."""
   ratios, cpu_ratios = {}, {}
   for num in FLAGS.variants:
     for den in ("adam", "sgd"):
@@ -237,6 +231,36 @@ def main(argv):
         for out, rates in ((ratios, fit["per_step"]), (cpu_ratios, fit["per_cpu_second"])):
           pairs = zip(rates[num], rates[den], strict=True)
           out[f"{num}/{den}"] = summary([a / b for a, b in pairs])
+  return ratios, cpu_ratios
+
+
+def print_table(result: dict) -> None:
+  """Steps per second per variant, the ratios and the parts' times."""
+  print(f"{'variant':>22} {'steps/s':>8}")
+  for name, s in result["steps_per_second"].items():
+    print(f"{name:>22} {s['median']:8.1f}")
+  for title, table in (("wall-clock", result["ratios"]), ("CPU time", result["cpu_time_ratios"])):
+    print(f"ratios of steps/s ({title}), median of rounds [q25, q75]:")
+    for name, s in table.items():
+      print(f"{name:>30}: {s['median']:.3f} [{s['q25']:.3f}, {s['q75']:.3f}]")
+  for name, s in result["parts_ms_per_call"].items():
+    print(f"{name:>28}: {s['median']:.3f} ms")
+
+
+def main(argv):
+  del argv
+  tf.get_logger().setLevel("ERROR")  # time_parts traces one function per optimizer, on purpose.
+  tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
+  tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
+  load_start = os.getloadavg()
+  rng = np.random.default_rng(0)
+  n = FLAGS.batch_size * FLAGS.steps
+  x = rng.uniform(-1.0, 1.0, size=(n, 32, 32, 3)).astype(np.float32)
+  y = rng.integers(0, 10, size=n).astype(np.int32)
+  theta = mlp_lopt.MLPLOpt().init(0)
+  fit = time_fit(compiled_models(theta), x, y)
+  parts = time_parts(theta, x, y)
+  ratios, cpu_ratios = speed_ratios(fit)
   result = {
     "command": "python benchmarks/keras_optimizer.py",
     "model": "paper CNN (3x conv 32ch 3x3 strides 2,2,1 SAME ReLU, global avg pool, dense 10)",
@@ -265,18 +289,9 @@ def main(argv):
       "load_average_end": list(os.getloadavg()),
     },
   }
-  print(f"{'variant':>22} {'steps/s':>8}")
-  for name, s in result["steps_per_second"].items():
-    print(f"{name:>22} {s['median']:8.1f}")
-  for title, table in (("wall-clock", ratios), ("CPU time", cpu_ratios)):
-    print(f"ratios of steps/s ({title}), median of rounds [q25, q75]:")
-    for name, s in table.items():
-      print(f"{name:>30}: {s['median']:.3f} [{s['q25']:.3f}, {s['q75']:.3f}]")
-  for name, s in parts.items():
-    print(f"{name:>28}: {s['median']:.3f} ms")
+  print_table(result)
   if FLAGS.output:
-    with open(FLAGS.output, "w") as f:
-      json.dump(result, f, indent=2)
+    files.write_json(FLAGS.output, result, indent=2)
 
 
 if __name__ == "__main__":

@@ -24,13 +24,13 @@ Writes JSON with --output.
 """
 
 import contextlib
-import json
 import time
 
 import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
+from task_specific_learned_opt import files
 from task_specific_learned_opt.learned_optimizers import fast_update, mlp_lopt
 from task_specific_learned_opt.optimizers import adam
 from task_specific_learned_opt.tasks import networks, random_data
@@ -48,6 +48,35 @@ flags.DEFINE_list(
 flags.DEFINE_string("output", None, "Optional JSON file for the results.")
 
 
+@contextlib.contextmanager
+def _patched(name, value):
+  """fast_update.<name> set to `value` inside the block."""
+  saved = getattr(fast_update, name)
+  setattr(fast_update, name, value)
+  try:
+    yield
+  finally:
+    setattr(fast_update, name, saved)
+
+
+def _variants(lopt, theta) -> dict:
+  """{name: (optimizer, context its graph is traced in)} of every timed update."""
+  return {
+    "adam": (adam.Adam(), contextlib.nullcontext),
+    "learned": (lopt.opt_fn(theta), contextlib.nullcontext),
+    "learned_ungrouped": (lopt.opt_fn(theta), lambda: _patched("GROUP_MAX_ELEMENTS", 0)),
+    "learned_relu_op": (
+      lopt.opt_fn(theta),
+      lambda: _patched("_relu_matmul", fast_update._relu_matmul_unfused),
+    ),
+    "learned_relu_fused": (
+      lopt.opt_fn(theta),
+      lambda: _patched("_relu_matmul", fast_update._relu_matmul_fused),
+    ),
+    "reference": (lopt.reference_opt_fn(theta), contextlib.nullcontext),
+  }
+
+
 def main(argv):
   del argv
   # Before any op runs: TensorFlow fixes its thread pools when its runtime starts.
@@ -60,29 +89,7 @@ def main(argv):
   lopt = mlp_lopt.MLPLOpt()
   theta = lopt.init(0)
 
-  @contextlib.contextmanager
-  def patched(name, value):
-    saved = getattr(fast_update, name)
-    setattr(fast_update, name, value)
-    try:
-      yield
-    finally:
-      setattr(fast_update, name, saved)
-
-  variants = {
-    "adam": (adam.Adam(), contextlib.nullcontext),
-    "learned": (lopt.opt_fn(theta), contextlib.nullcontext),
-    "learned_ungrouped": (lopt.opt_fn(theta), lambda: patched("GROUP_MAX_ELEMENTS", 0)),
-    "learned_relu_op": (
-      lopt.opt_fn(theta),
-      lambda: patched("_relu_matmul", fast_update._relu_matmul_unfused),
-    ),
-    "learned_relu_fused": (
-      lopt.opt_fn(theta),
-      lambda: patched("_relu_matmul", fast_update._relu_matmul_fused),
-    ),
-    "reference": (lopt.reference_opt_fn(theta), contextlib.nullcontext),
-  }
+  variants = _variants(lopt, theta)
   calls = {}
   for name in FLAGS.variants:
     opt, context = variants[name]
@@ -120,8 +127,7 @@ def main(argv):
     extra = f"  ({t['median'] - adam_median:+.0f} us vs adam)" if adam_median else ""
     print(f"{name:>18}: {t['median']:7.1f} us/update median, {t['min']:7.1f} min{extra}")
   if FLAGS.output:
-    with open(FLAGS.output, "w") as f:
-      json.dump(result, f, indent=2)
+    files.write_json(FLAGS.output, result, indent=2)
 
 
 if __name__ == "__main__":

@@ -25,10 +25,9 @@ import gin
 import numpy as np
 from absl import app, flags
 
-from task_specific_learned_opt import configurables, gin_config  # noqa: F401
-from task_specific_learned_opt.distributed import chief as chief_lib
-from task_specific_learned_opt.distributed import local, outer_training
-from task_specific_learned_opt.distributed import worker as worker_lib
+from task_specific_learned_opt import files, gin_config
+from task_specific_learned_opt.cli import configurables  # noqa: F401
+from task_specific_learned_opt.distributed import local, outer_training, worker_step
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("gin_file", ["gin/quickstart.gin"], "The experiment.")
@@ -52,11 +51,11 @@ def main(argv):
   gin_config.configure_threads()
   setup = outer_training.outer_training()
   num_workers = gin.get_bindings(local.train_local).get("num_workers")
-  num_workers = int(num_workers or chief_lib.configured_batch_size())  # As train_local does.
+  num_workers = int(num_workers or setup.batch_size)  # As train_local does.
   theta = setup.lopt.init(setup.seed)
   resting = _current_rss_mib()
   workers = [
-    worker_lib.Worker(family=setup.family, lopt=setup.lopt, worker_id=i, seed=setup.seed)
+    worker_step.Worker(family=setup.family, lopt=setup.lopt, worker_id=i, seed=setup.seed)
     for i in range(num_workers)
   ]
   start = time.time()
@@ -100,8 +99,7 @@ def main(argv):
   }
   print(json.dumps(result, indent=1))
   if FLAGS.output:
-    with open(FLAGS.output, "w") as f:
-      json.dump(result, f, indent=1)
+    files.write_json(FLAGS.output, result, indent=1)
 
 
 if __name__ == "__main__":

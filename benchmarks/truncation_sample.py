@@ -28,10 +28,15 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-from task_specific_learned_opt import configurables, gin_config, inner_training  # noqa: F401
+from task_specific_learned_opt import (
+  files,
+  gin_config,  # noqa: F401
+  inner_training,  # noqa: F401
+)
+from task_specific_learned_opt.cli import configurables  # noqa: F401
 from task_specific_learned_opt.distributed import outer_training
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
-from task_specific_learned_opt.outer import truncated_unroll
+from task_specific_learned_opt.outer import antithetic, recomputation, truncated_unroll
 from task_specific_learned_opt.tasks import families, generated
 
 FLAGS = flags.FLAGS
@@ -88,9 +93,8 @@ def measure(
 
     @tf.function(autograph=False)
     def run(theta, state, k):
-      sample = truncated_unroll.truncation_sample(
-        task, lopt, theta, state, k, [1, 2], [3, 4], 0.1, "train", recompute
-      )
+      unroll = truncated_unroll.Unroll(task, lopt, "train", recompute)
+      sample = antithetic.truncation_sample(unroll, theta, state, k, [1, 2], [3, 4], 0.1)
       # Fetch g_rp, or the graph prunes the backward pass away.
       return sample.loss_plus + 0.0 * tf.linalg.global_norm(tf.nest.flatten(sample.g_rp))
 
@@ -110,7 +114,7 @@ def measure(
     "mode": mode,
     "num_steps": num_steps,
     "levels": levels if mode == "sample" else None,
-    "segment_lengths": truncated_unroll.segment_lengths_for(num_steps).numpy().tolist()
+    "segment_lengths": recomputation.segment_lengths_for(num_steps).numpy().tolist()
     if mode == "sample"
     else None,
     "seconds": seconds,
@@ -164,8 +168,7 @@ def main(argv):
       ratio = by_key[("sample", k)]["seconds_per_step"] / by_key[("plain", k)]["seconds_per_step"]
       print(f"K={k}: sample / plain time per inner step = {ratio:.2f}")
   if FLAGS.output:
-    with open(FLAGS.output, "w") as f:
-      json.dump(results, f, indent=2)
+    files.write_json(FLAGS.output, results, indent=2)
 
 
 if __name__ == "__main__":

@@ -7,16 +7,18 @@ Two artifacts in a train dir:
   - OPERATIVE_CONFIG_FILENAME: the gin values the run used.
 
 A theta export is a tf.train.Checkpoint whose `theta` is the nest of meta-parameters, plus a
-JSON file naming the learned optimizer's gin config, so a reader can check it restores theta
-into the same architecture (same shapes) it was trained with.
+JSON file of facts about it (its shapes, the outer step, ...). Every reader of a theta, an export
+or one handed over in memory, checks its shapes against the learned optimizer it is for with
+`check_theta_shapes`, so restoring into another architecture fails with one line naming both.
 """
 
-import json
 import os
+from collections.abc import Callable, Mapping, Sequence
 
 import gin
 import tensorflow as tf
 
+from task_specific_learned_opt import errors, files, nests
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 
 CHECKPOINT_DIRNAME = "checkpoints"
@@ -24,9 +26,12 @@ THETA_DIRNAME = "theta"
 THETA_PREFIX = "theta"
 THETA_INFO_FILENAME = "theta_info.json"
 OPERATIVE_CONFIG_FILENAME = "operative_config.gin"
-# The project's root: a relative theta directory not found from the working directory is looked
-# up here, so the shipped thetas (pretrained/) load from anywhere.
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# How a theta export's checkpoint names the array at PATH: f"{_THETA_KEY}{PATH}/{_VALUE_KEY}".
+_THETA_KEY = "theta/"
+_VALUE_KEY = ".ATTRIBUTES/VARIABLE_VALUE"
+
+# (the learned optimizer, the theta's {path: shape}) -> (what reads theta, how to fix a mismatch).
+Advice = Callable[[lopt_base.LearnedOptimizer, dict], tuple[str, str]]
 
 
 def write_operative_config(directory: str) -> str:
@@ -38,11 +43,11 @@ def write_operative_config(directory: str) -> str:
   return path
 
 
-class ThetaMismatchError(ValueError):
+class ThetaMismatchError(errors.UserError, ValueError):
   """An exported theta whose shapes do not match the learned optimizer it is loaded into."""
 
 
-def save_theta(directory: str, theta: lopt_base.Theta, info: dict | None = None) -> str:
+def save_theta(directory: str, theta: nests.Theta, info: dict | None = None) -> str:
   """Writes `theta` (a nest of tensors or variables) to `directory`; returns the checkpoint path.
 
   Args:
@@ -54,8 +59,8 @@ def save_theta(directory: str, theta: lopt_base.Theta, info: dict | None = None)
   variables = tf.nest.map_structure(lambda x: tf.Variable(x, trainable=False), theta)
   path = tf.train.Checkpoint(theta=variables).write(os.path.join(directory, THETA_PREFIX))
   shapes = tf.nest.map_structure(lambda x: list(x.shape), theta)
-  with tf.io.gfile.GFile(os.path.join(directory, THETA_INFO_FILENAME), "w") as f:
-    json.dump({"shapes": shapes, **(info or {})}, f, indent=2, sort_keys=True)
+  info_path = os.path.join(directory, THETA_INFO_FILENAME)
+  files.write_json(info_path, {"shapes": shapes, **(info or {})}, indent=2, sort_keys=True)
   return path
 
 
@@ -64,7 +69,7 @@ def find_theta_dir(directory: str) -> str:
 
   So a shipped theta (pretrained/<name>/theta) is found from any working directory.
   """
-  in_project = os.path.join(PROJECT_ROOT, directory)
+  in_project = os.path.join(files.PROJECT_ROOT, directory)
   if (
     not tf.io.gfile.exists(os.path.join(directory, THETA_PREFIX) + ".index")
     and not os.path.isabs(directory)
@@ -74,32 +79,122 @@ def find_theta_dir(directory: str) -> str:
   return directory
 
 
-def load_theta(directory: str, lopt: lopt_base.LearnedOptimizer) -> lopt_base.Theta:
+def theta_shapes(theta: nests.Theta) -> dict[str, list[int]]:
+  """The shape of every array of `theta` by its path, e.g. {"hidden/w": [16, 32], ...}.
+
+  Args:
+    theta: a nest (dicts, lists) of tensors or numpy arrays; paths follow the nest's own order.
+  """
+  return {path: [int(d) for d in leaf.shape] for path, leaf in _leaves_with_paths(theta)}
+
+
+def _leaves_with_paths(nest: object, path: str = "") -> list[tuple[str, object]]:
+  if isinstance(nest, Mapping):
+    items = nest.items()
+  elif isinstance(nest, (list, tuple)):
+    items = enumerate(nest)
+  else:
+    return [(path, nest)]
+  return [
+    pair for key, value in items for pair in _leaves_with_paths(value, f"{path}/{key}".lstrip("/"))
+  ]
+
+
+def saved_theta_shapes(directory: str) -> dict[str, list[int]]:
+  """The shape of every array of the theta exported in `directory`, read from its checkpoint.
+
+  Args:
+    directory: an export (save_theta).
+
+  Returns:
+    {path: shape} as `theta_shapes` gives them for the theta that was saved.
+  """
+  shapes = {}
+  for key, shape in tf.train.list_variables(os.path.join(directory, THETA_PREFIX)):
+    if key.startswith(_THETA_KEY) and key.endswith(_VALUE_KEY):
+      shapes[key[len(_THETA_KEY) : -len(_VALUE_KEY)].rstrip("/")] = [int(d) for d in shape]
+  return shapes
+
+
+def _generic_advice(lopt: lopt_base.LearnedOptimizer, shapes: dict) -> tuple[str, str]:
+  del lopt, shapes  # The same words for every learned optimizer.
+  return "the learned optimizer configured here", "load it with the gin config it was trained with"
+
+
+def _format_shapes(shapes: Mapping, order: Sequence[str]) -> str:
+  paths = [*order, *(path for path in shapes if path not in order)]
+  return ", ".join(f"{path} {shapes.get(path, 'missing')}" for path in paths)
+
+
+def check_theta_shapes(
+  shapes: Mapping[str, Sequence[int]],
+  lopt: lopt_base.LearnedOptimizer,
+  where: str,
+  advice: Advice | None = None,
+) -> None:
+  """Raises a one-line ThetaMismatchError unless theta's shapes are those `lopt.init` gives.
+
+  Args:
+    shapes: {path: shape} of the theta (theta_shapes, saved_theta_shapes).
+    lopt: the learned optimizer the theta is for.
+    where: what the theta is, starting the message ("The theta in DIR", "theta").
+    advice: names what reads theta and the fix (e.g. the options an MLPLOpt would need); by
+      default "the learned optimizer configured here" and its gin config.
+
+  Raises:
+    ThetaMismatchError: the shapes differ; the message names both, what reads theta and the fix.
+  """
+  shapes = {path: [int(d) for d in shape] for path, shape in shapes.items()}
+  expected = theta_shapes(lopt.init(0))
+  if shapes == expected:
+    return
+  reader, fix = (advice or _generic_advice)(lopt, shapes)
+  raise ThetaMismatchError(
+    f"{where} has shapes {_format_shapes(shapes, list(expected))}, but {reader} reads "
+    f"{_format_shapes(expected, list(expected))}; {fix}."
+  )
+
+
+def _export_prefix(directory: str) -> str:
+  """The checkpoint prefix of the export in `directory`; FileNotFoundError if there is none."""
+  prefix = os.path.join(directory, THETA_PREFIX)
+  if tf.io.gfile.exists(prefix + ".index"):
+    return prefix
+  inner = os.path.join(directory, THETA_DIRNAME)
+  hint = (
+    f" It is a train dir: pass {inner}."
+    if tf.io.gfile.exists(os.path.join(inner, THETA_PREFIX + ".index"))
+    else " bin/train_local exports theta to <train_dir>/theta."
+  )
+  raise FileNotFoundError(
+    f"No theta export in {directory} (expected {prefix}.index, as checkpoints.save_theta "
+    f"writes).{hint}"
+  )
+
+
+def load_theta(
+  directory: str, lopt: lopt_base.LearnedOptimizer, advice: Advice | None = None
+) -> nests.Theta:
   """Reads the theta exported in `directory` into the structure of `lopt.init`.
 
   A relative `directory` that holds no export from the working directory is read from the
   project's root (e.g. the shipped pretrained/<name>/theta).
 
+  Args:
+    directory: the export (save_theta), e.g. <train_dir>/theta.
+    lopt: the learned optimizer it was trained for.
+    advice: how a shape mismatch is explained (see check_theta_shapes).
+
   Raises:
-    FileNotFoundError: no export in `directory`.
+    FileNotFoundError: no export in `directory` (the message says where one is, if the
+      directory is a train dir).
     ThetaMismatchError: the export's shapes differ from `lopt`'s (another architecture or
       feature set); the message names both.
   """
   directory = find_theta_dir(directory)
-  prefix = os.path.join(directory, THETA_PREFIX)
-  if not tf.io.gfile.exists(prefix + ".index"):
-    raise FileNotFoundError(f"No theta export in {directory} (expected {prefix}.index).")
+  prefix = _export_prefix(directory)
+  check_theta_shapes(saved_theta_shapes(directory), lopt, f"The theta in {directory}", advice)
   template = lopt.init(0)
-  expected = tf.nest.map_structure(lambda x: list(x.shape), template)
-  info_path = os.path.join(directory, THETA_INFO_FILENAME)
-  if tf.io.gfile.exists(info_path):
-    with tf.io.gfile.GFile(info_path) as f:
-      saved = json.load(f).get("shapes")
-    if saved is not None and saved != expected:
-      raise ThetaMismatchError(
-        f"The theta in {directory} has shapes {saved}, but the learned optimizer configured here "
-        f"expects {expected}: load it with the gin config it was trained with."
-      )
   variables = tf.nest.map_structure(lambda x: tf.Variable(tf.zeros_like(x)), template)
   tf.train.Checkpoint(theta=variables).read(prefix).assert_consumed()
   return tf.nest.map_structure(tf.convert_to_tensor, variables)

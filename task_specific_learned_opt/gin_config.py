@@ -1,22 +1,32 @@
-"""Gin parsing and thread settings, shared by the binaries; imports nothing of the package.
+"""Gin parsing, thread settings, a spawned process's gin config (imports `errors`, `files`).
 
-Flags say where and how long; gin says what. Every binary imports `configurables` (which
-registers every @gin.configurable of the package) and calls `parse` with its --gin_file and
---gin_bindings: unknown names fail loudly (skip_unknown=False) with an error that names the
-problem, and the config stays unlocked (finalize_config=False) so tests can clear it.
+Flags say where and how long; gin says what. Every binary imports `cli.common`, which imports
+`cli.configurables` (it registers every @gin.configurable of the package), and calls `parse`
+with its --gin_file and --gin_bindings: unknown names fail loudly (skip_unknown=False) with an
+error that names the problem (GinConfigError, an errors.UserError), and the config stays
+unlocked (finalize_config=False) so tests can clear it. `parse` drops gin's "Path not found" log
+line for an include it then finds in gin/. `init_spawned_process` gives a process started with
+multiprocessing's "spawn" its parent's gin registrations, config and threads: it imports the
+parent's modules by name, the package's only import by name at run time.
 """
 
+import importlib
+import logging
 import os
+import sys
 from collections.abc import Sequence
 
 import gin
 import tensorflow as tf
 
-GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gin")
+from task_specific_learned_opt import errors, files
+
+PACKAGE = __name__.rsplit(".", 1)[0]
+GIN_DIR = os.path.join(files.PROJECT_ROOT, "gin")
 _search_path_added = False
 
 
-class GinConfigError(ValueError):
+class GinConfigError(errors.UserError, ValueError):
   """A gin file or binding that cannot be parsed or names something unknown."""
 
 
@@ -24,14 +34,14 @@ def _resolve(path: str) -> str:
   """`path` as given, else relative to the project root, else relative to gin/."""
   for candidate in (
     path,
-    os.path.join(os.path.dirname(GIN_DIR), path),
+    os.path.join(files.PROJECT_ROOT, path),
     os.path.join(GIN_DIR, path),
   ):
     if os.path.exists(candidate):
       return candidate
-  root = os.path.dirname(GIN_DIR)
   raise GinConfigError(
-    f"Gin file {path!r} does not exist (looked in the working directory, {root} and {GIN_DIR})."
+    f"Gin file {path!r} does not exist (looked in the working directory, "
+    f"{files.PROJECT_ROOT} and {GIN_DIR})."
   )
 
 
@@ -50,6 +60,8 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> No
     gin.add_config_file_search_path(GIN_DIR)
     _search_path_added = True
   gin_files = [_resolve(path) for path in gin_files]
+  quiet = _IncludeLookupFilter()
+  logging.getLogger().addFilter(quiet)
   try:
     gin.parse_config_files_and_bindings(
       list(gin_files), list(gin_bindings), skip_unknown=False, finalize_config=False
@@ -61,6 +73,21 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> No
       "and parameter in --gin_file/--gin_bindings (names are the @gin.configurable classes and "
       "functions of task_specific_learned_opt)."
     ) from e
+  finally:
+    logging.getLogger().removeFilter(quiet)
+
+
+class _IncludeLookupFilter(logging.Filter):
+  """Drops gin's "Path not found" error for an include it goes on to find in gin/.
+
+  Gin looks an include up under each search path in turn, and where a path does not exist it
+  also asks its Python-package reader, which logs that error before the next search path (gin/)
+  finds the file. A file found nowhere still fails, with GinConfigError.
+  """
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    """False for the package reader's "Path not found" record, True for every other."""
+    return not (record.module == "resource_reader" and str(record.msg).startswith("Path not found"))
 
 
 @gin.configurable
@@ -76,3 +103,27 @@ def configure_threads(inter_op_threads: int = 2, intra_op_threads: int = 0) -> N
   except RuntimeError:
     # TensorFlow was already initialised in this process (tests, notebooks): keep its settings.
     pass
+
+
+def registering_modules() -> list[str]:
+  """The package's modules loaded in this process: those whose @gin.configurable names a config
+  of this process may use."""
+  return sorted(name for name in list(sys.modules) if name.split(".")[0] == PACKAGE)
+
+
+def init_spawned_process(config_str: str, modules: Sequence[str]) -> None:
+  """Gives a spawned process (multiprocessing "spawn") its parent's gin config and threads.
+
+  A spawned process starts with nothing imported, so it first imports `modules` (the parent's
+  `registering_modules()`: every configurable the config names is then registered), which keeps
+  the package free of a module that imports everything just for such a child.
+
+  Args:
+    config_str: the parent's `gin.config_str()`.
+    modules: the parent's `registering_modules()`.
+  """
+  for name in modules:
+    importlib.import_module(name)
+  gin.clear_config()
+  gin.parse_config(config_str)
+  configure_threads()

@@ -9,7 +9,8 @@ fold_in(seed, i)), so a run is a pure function of (task, optimizer, initial stat
 
 Every inner loss is clipped at min(loss, 10) before it is differentiated and recorded (the
 authors' code does this; gin `clip_loss.max_loss`, None turns it off): above 10 the gradient is 0.
-`train` wraps `unroll` in a tf.function whose step count is a tensor, so it does not retrace.
+`make_train_fn` wraps `unroll` in a tf.function whose step count, seed and theta are arguments, so
+it does not retrace; `train` is a fresh run of it, the wall-clock benchmark times it.
 """
 
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from typing import NamedTuple
 import gin
 import tensorflow as tf
 
-from task_specific_learned_opt import seeds as seeds_lib
+from task_specific_learned_opt import nests, random_seeds
 from task_specific_learned_opt.optimizers import base as opt_base
 from task_specific_learned_opt.tasks import base as task_base
 
@@ -34,8 +35,8 @@ def clip_loss(loss: tf.Tensor, max_loss: float | None = MAX_LOSS) -> tf.Tensor:
 
 
 def loss_and_grads(
-  task: task_base.Task, params: task_base.Params, batch: task_base.Batch
-) -> tuple[tf.Tensor, task_base.Params]:
+  task: task_base.Task, params: nests.Params, batch: nests.Batch
+) -> tuple[tf.Tensor, nests.Params]:
   """The (clipped) loss of `params` on `batch` and its gradient with respect to `params`.
 
   Args:
@@ -66,7 +67,7 @@ def unroll(
   opt: opt_base.Optimizer,
   state: opt_base.OptState,
   num_steps: int | tf.Tensor,
-  seed: seeds_lib.SeedLike,
+  seed: random_seeds.SeedLike,
   first_step: int | tf.Tensor = 0,
   parallel_iterations: int = 2,
 ) -> tuple[opt_base.OptState, tf.Tensor]:
@@ -87,14 +88,14 @@ def unroll(
     (final state, losses): losses is a float32 [num_steps] tensor of the clipped training loss
     at each step, measured before that step's update.
   """
-  data_seed = seeds_lib.as_seed(seed)
+  data_seed = random_seeds.as_seed(seed)
   steps = tf.convert_to_tensor(num_steps, tf.int32)
   offset = tf.convert_to_tensor(first_step, tf.int32)
 
   def body(
     i: tf.Tensor, state: opt_base.OptState, losses: tf.TensorArray
   ) -> tuple[tf.Tensor, opt_base.OptState, tf.TensorArray]:
-    state, loss = train_step(task, opt, state, seeds_lib.fold_in(data_seed, offset + i))
+    state, loss = train_step(task, opt, state, random_seeds.fold_in(data_seed, offset + i))
     return i + 1, state, losses.write(i, loss)
 
   _, final_state, losses = tf.while_loop(
@@ -106,6 +107,12 @@ def unroll(
   return final_state, losses.stack()
 
 
+# make_train_fn's result: (state, num_steps, seed) -> (final state, losses).
+TrainFn = Callable[
+  [opt_base.OptState, int | tf.Tensor, random_seeds.SeedLike], tuple[opt_base.OptState, tf.Tensor]
+]
+
+
 class InnerTrainResult(NamedTuple):
   """What a fresh inner-training run gives (`train`)."""
 
@@ -114,37 +121,53 @@ class InnerTrainResult(NamedTuple):
 
 
 def make_train_fn(
-  task: task_base.Task, opt: opt_base.Optimizer
-) -> Callable[[seeds_lib.SeedLike, int | tf.Tensor], tuple[opt_base.OptState, tf.Tensor]]:
-  """A compiled fresh-run function (seed, num_steps) -> (final state, losses) for this pair.
+  task: task_base.Task,
+  opt_fn: Callable[[nests.Theta | None], opt_base.Optimizer],
+  theta: nests.Theta | None = None,
+) -> TrainFn:
+  """A compiled function (state, num_steps, seed) -> (final state, losses), as `unroll` gives.
 
-  Params come from task.init_params(fold_in(seed, 0)) and data from fold_in(seed, 1). The whole
-  run is one graph-mode tf.while_loop; seed and num_steps are tensors, so new values of either
-  reuse the same trace.
+  The optimizer is opt_fn(theta), built inside the graph: theta (a learned optimizer's
+  meta-parameters, or None for a hand-designed rule: `lambda _: opt`) is an argument of the
+  tf.function, not a graph constant, as in outer-training. num_steps and seed become tensors, so
+  new values of either reuse the same trace; the function's `tracing_count()` says how often it
+  was traced.
 
   Args:
     task: the inner problem.
-    opt: the inner update rule.
+    opt_fn: theta -> the inner update rule.
+    theta: the meta-parameters every call runs at.
 
   Returns:
-    A function of (seed, num_steps) giving (final state, losses) as `unroll` does.
+    A function of (state, num_steps, seed) giving (final state, losses) as `unroll` does.
   """
 
   @tf.function(autograph=False)
-  def run(seed: tf.Tensor, num_steps: tf.Tensor) -> tuple[opt_base.OptState, tf.Tensor]:
-    state = opt.init(task.init_params(seeds_lib.fold_in(seed, 0)))
-    return unroll(task, opt, state, num_steps, seeds_lib.fold_in(seed, 1))
+  def train_graph(
+    state: opt_base.OptState, theta: nests.Theta | None, num_steps: tf.Tensor, seed: tf.Tensor
+  ) -> tuple[opt_base.OptState, tf.Tensor]:
+    return unroll(task, opt_fn(theta), state, num_steps, seed)
 
-  return lambda seed, num_steps: run(
-    seeds_lib.as_seed(seed), tf.convert_to_tensor(num_steps, tf.int32)
-  )
+  def run(
+    state: opt_base.OptState, num_steps: int | tf.Tensor, seed: random_seeds.SeedLike
+  ) -> tuple[opt_base.OptState, tf.Tensor]:
+    steps = tf.convert_to_tensor(num_steps, tf.int32)
+    return train_graph(state, theta, steps, random_seeds.as_seed(seed))
+
+  run.tracing_count = train_graph.experimental_get_tracing_count
+  return run
 
 
 def train(
   task: task_base.Task,
   opt: opt_base.Optimizer,
   num_steps: int,
-  seed: seeds_lib.SeedLike,
+  seed: random_seeds.SeedLike,
 ) -> InnerTrainResult:
-  """A fresh inner-training run of `num_steps` steps (see make_train_fn)."""
-  return InnerTrainResult(*make_train_fn(task, opt)(seed, num_steps))
+  """A fresh inner-training run of `num_steps` steps, compiled (make_train_fn).
+
+  Params come from task.init_params(fold_in(seed, 0)) and data from fold_in(seed, 1).
+  """
+  state = opt.init(task.init_params(random_seeds.fold_in(seed, 0)))
+  run = make_train_fn(task, lambda _: opt)
+  return InnerTrainResult(*run(state, num_steps, random_seeds.fold_in(seed, 1)))

@@ -63,8 +63,9 @@ def plot_eval_curves(
   """Median and 25/75 percentiles (over tasks and inits) of train and test loss (Fig. 6a/b).
 
   Args:
-    evaluation: evaluation.py's evaluation: "steps", "results" and, if given, "panels"
-      ({"train": names, "test": names}: the candidates each panel draws; default: every one).
+    evaluation: an evaluation as evaluation/held_out.py makes it: "steps", "results" and, if
+      given, "panels" ({"train": names, "test": names}: the candidates each panel draws;
+      default: every one).
     path: the PNG to write.
     title: the figure's title.
     wallclock: against seconds (steps / the run's measured steps per second) instead of steps.

@@ -9,7 +9,7 @@ import gin  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from task_specific_learned_opt import stopping  # noqa: E402
+from task_specific_learned_opt.distributed import stopping  # noqa: E402
 
 tf.config.threading.set_inter_op_parallelism_threads(2)
 

@@ -36,7 +36,7 @@ def test_main_trains_adam_and_the_learned_optimizer(tmp_path, capsys):
   for result in results["results"].values():
     assert len(result["train_losses"]) == 30 and result["steps_per_second"] > 0
     # A mean over 2 evaluation batches of 16 examples (the accuracy itself is checked against
-    # the task's in test_inner_comparison.py): a multiple of 1/32 in [0, 1].
+    # the task's in evaluation/test_single_task.py): a multiple of 1/32 in [0, 1].
     for split in ("train", "test"):
       accuracy = result["final"][split]["accuracy"]
       assert 0 <= accuracy <= 1 and 32 * accuracy == pytest.approx(round(32 * accuracy), abs=1e-4)

@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from task_specific_learned_opt import inner_training
-from task_specific_learned_opt import seeds as seeds_lib
+from task_specific_learned_opt import inner_training, random_seeds
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.optimizers import adam, sgd
 from task_specific_learned_opt.tasks import quadratic
@@ -21,7 +20,7 @@ def test_unroll_equals_sgd_steps_written_out():
   a, c = task.curvatures.numpy(), task.center.numpy()
   w, expected_losses = params["w"].numpy(), []
   for i in range(5):
-    noise = task.batch("train", seeds_lib.fold_in([3, 4], i))["noise"].numpy()
+    noise = task.batch("train", random_seeds.fold_in([3, 4], i))["noise"].numpy()
     expected_losses.append(0.5 * np.sum(a * (w - c - noise) ** 2))
     w = w - 0.1 * a * (w - c - noise)  # SGD: w <- w - lr * grad.
   np.testing.assert_allclose(state.params["w"], w, rtol=1e-5)
@@ -64,12 +63,13 @@ def test_clipping_applies_in_the_loop_and_gin_turns_it_off():
 
 def test_train_fn_does_not_retrace_for_new_seeds_or_lengths():
   task = quadratic.QuadraticTask(dim=3)
-  train_fn = inner_training.make_train_fn(task, adam.Adam(0.1))
+  opt = adam.Adam(0.1)
+  train_fn = inner_training.make_train_fn(task, lambda _: opt)
+  state = opt.init(task.init_params(0))
   for seed, steps in [(0, 3), (1, 5), ([2, 3], 7)]:
-    _, losses = train_fn(seed, steps)
+    _, losses = train_fn(state, steps, seed)
     assert losses.shape == (steps,)
-  run = train_fn.__closure__[0].cell_contents  # The tf.function inside.
-  assert run.experimental_get_tracing_count() == 1
+  assert train_fn.tracing_count() == 1
 
 
 def _op_types(graph_def):

@@ -1,5 +1,6 @@
 """The thetas shipped in pretrained/: each loads with the gin config that made it and trains."""
 
+import hashlib
 import json
 import os
 
@@ -8,13 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from task_specific_learned_opt import (
-  checkpoints,
-  configurables,  # noqa: F401 - registers the gin names.
-  evaluation,
-  gin_config,
-  keras_optimizer,
-)
+from task_specific_learned_opt import checkpoints, gin_config
+from task_specific_learned_opt.cli import configurables  # noqa: F401 - registers the gin names.
+from task_specific_learned_opt.evaluation import held_out
+from task_specific_learned_opt.keras import optimizer as keras_optimizer
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 
 from . import testing_utils
@@ -23,6 +21,26 @@ PRETRAINED = os.path.join(testing_utils.REPO, "pretrained")
 SHIPPED = sorted(
   name for name in os.listdir(PRETRAINED) if os.path.isdir(os.path.join(PRETRAINED, name))
 )
+# Each shipped theta, pinned: the first 16 hex digits of the sha256 of each array's float32 bytes
+# (little-endian, C order). A theta exported again, or any coordinate moved, changes them.
+PINNED = {
+  "generated_bn_cnn_train": {
+    "hidden/w": "2ecc725087f2d0fc",  # [16, 32]
+    "hidden/b": "f3c3a33b5d1ae0fe",  # [32]
+    "output/w": "95608621b5de456e",  # [32, 2]
+    "output/b": "1ae577ac4ec6cb4e",  # [2]
+  },
+}
+
+
+def fingerprint(theta) -> dict[str, str]:
+  """{"layer/array": the first 16 hex digits of the sha256 of its float32 bytes} of an MLPLOpt
+  theta."""
+  return {
+    f"{layer}/{name}": hashlib.sha256(np.asarray(array, "<f4").tobytes()).hexdigest()[:16]
+    for layer, arrays in theta.items()
+    for name, array in arrays.items()
+  }
 
 
 def test_the_theta_outer_trained_on_the_generated_family_is_shipped():
@@ -55,6 +73,21 @@ def test_a_shipped_theta_loads_with_its_own_config_and_has_its_shapes(name):
   assert max(moved) > 1e-2
 
 
+@pytest.mark.parametrize("name", SHIPPED)
+def test_a_shipped_theta_is_exactly_the_one_pinned_here(name):
+  assert name in PINNED, f"pretrained/{name}: pin its fingerprint in PINNED."
+  gin_config.parse([os.path.join(PRETRAINED, name, "operative_config.gin")])
+  theta = checkpoints.load_theta(os.path.join(PRETRAINED, name, "theta"), mlp_lopt.MLPLOpt())
+  assert fingerprint(theta) == PINNED[name]
+
+
+def test_the_fingerprint_sees_one_coordinate_move():
+  theta = {"hidden": {"w": np.zeros([16, 32], np.float32)}}
+  moved = {"hidden": {"w": theta["hidden"]["w"].copy()}}
+  moved["hidden"]["w"][7, 3] = np.nextafter(np.float32(0), np.float32(1))  # The smallest step.
+  assert fingerprint(moved) != fingerprint(theta)
+
+
 def test_keras_loads_the_shipped_theta_from_any_working_directory(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   optimizer = keras_optimizer.LearnedOptimizer.from_directory(
@@ -79,9 +112,7 @@ def test_a_short_evaluation_of_the_shipped_theta_runs_and_trains_held_out_tasks(
       "evaluate.learning_rates = (1e-3, 1e-2)",
     ],
   )
-  result = evaluation.evaluate(
-    str(tmp_path), {"shipped": "pretrained/generated_bn_cnn_train/theta"}
-  )
+  result = held_out.evaluate(str(tmp_path), {"shipped": "pretrained/generated_bn_cnn_train/theta"})
   gin.clear_config()
   shipped = result["results"]["shipped"]
   losses = np.asarray(shipped["train_loss"])  # [tasks, inits, points]

@@ -11,12 +11,13 @@ Every mode (local, cluster) runs the same two loops (loops.py) over a `Transport
            ...
            transport.finish()  # Workers' next read_theta() returns None.
 
-theta and gradient estimates cross the transport as flat float32 vectors (`flatten`); the chief
-and the workers turn them back into nests with a template (`unflatten`). A sample carries the
-theta version (outer step) it was computed with, so the chief can measure staleness, and who made
-it (worker, worker run, index, the chief incarnation theta came from), so the chief can drop
-duplicates and samples of a theta it never had. Transports: in_process.InProcessTransport (local
-mode and tests) and tf_runtime.TFRuntimeTransport (TensorFlow's distributed runtime).
+theta and gradient estimates cross the transport as flat float32 vectors (nests.flatten_numpy);
+the chief and the workers turn them back into nests with a template (`unflatten`). A sample
+carries the theta version (outer step) it was computed with, so the chief can measure staleness,
+and who made it (worker, worker run, index, the chief incarnation theta came from), so the chief
+can drop duplicates and samples of a theta it never had. Transports:
+in_process.InProcessTransport (local mode and tests) and tf_runtime.TFRuntimeTransport
+(TensorFlow's distributed runtime).
 """
 
 import abc
@@ -46,7 +47,7 @@ class Sample(NamedTuple):
   incarnation: int = 0  # The chief incarnation theta was read from (set by the transport).
 
 
-Batch = Sample  # With every field stacked: g_rp and g_es [B, n], the rest [B].
+SampleBatch = Sample  # With every field stacked: g_rp and g_es [B, n], the rest [B].
 
 _FIELD_DTYPES = (
   np.float32,
@@ -64,7 +65,7 @@ _FIELD_DTYPES = (
 FIELD_DTYPES = dict(zip(Sample._fields, _FIELD_DTYPES, strict=True))
 
 
-def stack(samples: Sequence[Sample]) -> Batch:
+def stack(samples: Sequence[Sample]) -> SampleBatch:
   """`samples` as one batch: every field stacked along a new leading axis, with its dtype.
 
   Raises:
@@ -80,27 +81,13 @@ def stack(samples: Sequence[Sample]) -> Batch:
   )
 
 
-def select(batch: Batch, keep: np.ndarray) -> Batch:
+def select(batch: SampleBatch, keep: np.ndarray) -> SampleBatch:
   """The samples of `batch` where the boolean mask `keep` [B] is True."""
   return Sample(*(np.asarray(x)[keep] for x in batch))
 
 
-def flatten(nest: Any) -> np.ndarray:
-  """The leaves of `nest` (tensors or arrays), raveled and concatenated: a float32 [n] vector.
-
-  Args:
-    nest: theta or a theta-shaped estimate, any nest tf.nest can flatten.
-
-  Returns:
-    A float32 [n] array, n the total number of elements, leaves in tf.nest.flatten order.
-  """
-  return np.concatenate(
-    [np.reshape(np.asarray(x, np.float32), [-1]) for x in tf.nest.flatten(nest)]
-  )
-
-
 def unflatten(vector: np.ndarray, template: Any) -> Any:
-  """The inverse of `flatten`: `vector` as a nest shaped like `template`.
+  """The inverse of nests.flatten_numpy: `vector` as a nest shaped like `template`.
 
   Args:
     vector: [n] or [B, n] (a batch: every leaf gets the leading B).
@@ -144,7 +131,7 @@ class Transport(abc.ABC):
     """Hands a sample to the chief; False if it was lost on the way (the chief went away)."""
 
   @abc.abstractmethod
-  def take_samples(self, num: int) -> Batch | None:
+  def take_samples(self, num: int) -> SampleBatch | None:
     """The `num` oldest queued samples as a batch, or None if fewer are queued."""
 
   @abc.abstractmethod

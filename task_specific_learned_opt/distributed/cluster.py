@@ -3,15 +3,17 @@
 Each role starts its task's server (cluster_spec.py), opens the TensorFlow-runtime transport
 (tf_runtime.py) and runs the loop every mode shares (loops.py):
   - the chief keeps theta's master copy, Adam's slots and the outer step in its own process
-    (chief.Chief, checkpointed in its train dir), runs the chief loop, and when training is over
-    waits for the workers that are still there to leave;
+    (chief_update.Chief, built here from the experiment and checkpointed in its train dir by
+    chief_files.ChiefFiles), runs the chief loop, and when training is over waits for the
+    workers that are still there to leave;
   - a worker runs the worker loop on its own inner runs and never waits for other workers; a
     restarted worker gets a new run id (it seeds its inner runs), so it does not repeat samples.
 A chief that restarts resumes from its checkpoint under a new incarnation; samples computed with
 a theta it never restored are dropped (loops.SampleFilter).
 
-Both roles parse the same gin files: the chief's estimator (`Chief.estimator`) also tells the
-workers whether to run persistent ES ("pes", "pes_merged"; chief.configured_estimator).
+Both roles parse the same gin files and read one experiment record from them (outer_training.py):
+its estimator (`outer_training.estimator`) is the chief's merge and tells the workers whether to
+run persistent ES ("pes", "pes_merged").
 """
 
 import random
@@ -22,12 +24,16 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from task_specific_learned_opt import stopping
-from task_specific_learned_opt.distributed import base, cluster_spec, loops, tf_runtime
-from task_specific_learned_opt.distributed import chief as chief_lib
+from task_specific_learned_opt import nests
+from task_specific_learned_opt.distributed import (
+  chief_files,
+  cluster_spec,
+  loops,
+  stopping,
+  tf_runtime,
+  worker_step,
+)
 from task_specific_learned_opt.distributed import outer_training as outer_lib
-from task_specific_learned_opt.distributed import train_dir as train_dir_lib
-from task_specific_learned_opt.distributed import worker as worker_lib
 from task_specific_learned_opt.outer import estimators
 
 WAITING_LOG_SECS = 60.0  # How often an idle chief says it is waiting for samples.
@@ -72,7 +78,7 @@ def run_chief(
     linger_secs: after the last step, the longest to wait for workers to learn that training is
       over (it ends as soon as every worker has left or is gone).
     resume_changed_experiment: resume a train dir of another experiment (same theta shapes) on
-      purpose (see train_dir.ChiefFiles).
+      purpose (see chief_files.ChiefFiles).
 
   Returns:
     The last outer step's statistics.
@@ -84,18 +90,19 @@ def run_chief(
   setup = setup if setup is not None else outer_lib.outer_training()
   num_workers = len(spec.cluster["worker"])
   server = cluster_spec.start_server(spec)
-  files = train_dir_lib.ChiefFiles(
+  files = chief_files.ChiefFiles(
     train_dir,
+    outer_lib.make_chief(setup),
     setup,
     f"{setup.family.name}, {setup.lopt.name}, {num_workers} workers (cluster)",
     resume_changed_experiment=resume_changed_experiment,
   )
   template = files.chief.theta_numpy()
   transport = tf_runtime.TFRuntimeTransport(
-    server.target, base.flatten(template).size, tf_runtime.fingerprint(template)
+    server.target, nests.flatten_numpy(template).size, tf_runtime.fingerprint(template)
   )
   incarnation = _random_id()
-  transport.start(base.flatten(template), files.chief.step, incarnation)
+  transport.start(nests.flatten_numpy(template), files.chief.step, incarnation)
   logging.info(
     "Chief ready at outer step %d on %s, waiting for samples from %d worker task(s).",
     files.chief.step,
@@ -128,8 +135,8 @@ def _let_workers_leave(
   )
 
 
-def make_worker(setup: outer_lib.OuterTraining, index: int, worker_run: int) -> worker_lib.Worker:
-  """The worker of a worker task: gin's Worker, running PES if the chief's estimator says so.
+def make_worker(setup: outer_lib.OuterTraining, index: int, worker_run: int) -> worker_step.Worker:
+  """The worker of a worker task: gin's Worker, running PES if the experiment's estimator says so.
 
   Args:
     setup: the experiment.
@@ -138,14 +145,14 @@ def make_worker(setup: outer_lib.OuterTraining, index: int, worker_run: int) -> 
       not repeat its samples.
 
   Returns:
-    A worker_lib.Worker with persistent = estimators.is_persistent(Chief.estimator).
+    A worker_step.Worker with persistent = estimators.is_persistent(setup.estimator).
   """
-  return worker_lib.Worker(
+  return worker_step.Worker(
     family=setup.family,
     lopt=setup.lopt,
     worker_id=index,
     seed=(setup.seed, worker_run % 2**31),
-    persistent=estimators.is_persistent(chief_lib.configured_estimator()),
+    persistent=estimators.is_persistent(setup.estimator),
   )
 
 
@@ -178,7 +185,7 @@ def run_worker(
   template = tf.nest.map_structure(np.asarray, setup.lopt.init(setup.seed))
   transport = tf_runtime.TFRuntimeTransport(
     f"grpc://{chief_address}",
-    base.flatten(template).size,
+    nests.flatten_numpy(template).size,
     tf_runtime.fingerprint(template),
     chief_timeout_secs=chief_timeout_secs,
   )

@@ -21,13 +21,15 @@ from typing import NamedTuple
 import tensorflow as tf
 from absl import logging
 
+from task_specific_learned_opt import errors
+
 JOBS = ("chief", "worker")
 # TensorFlow's convention: the evaluator is a task type of TF_CONFIG (and may be listed in the
 # cluster spec), but not a server of the cluster.
 EVALUATOR = "evaluator"
 
 
-class ClusterError(ValueError):
+class ClusterError(errors.UserError, ValueError):
   """A cluster spec, address or port that cannot be used; the message names the fix."""
 
 
@@ -72,28 +74,50 @@ def parse_cluster(
     ClusterError: no cluster given, malformed JSON, a missing or unknown job, an index out of
       range, an address that is not host:port, or a TF_CONFIG task of another role.
   """
-  environ = os.environ if environ is None else environ
-  task = {}
-  if cluster_json is None:
-    if "TF_CONFIG" not in environ:
+  cluster, task = _read_spec(cluster_json, os.environ if environ is None else environ)
+  _check_jobs(cluster)
+  jobs = {name: list(cluster[name]) for name in JOBS}
+  if job == EVALUATOR:  # Not a server: it reads the chief's train dir (evaluator_role.py).
+    if task and task.get("type") != EVALUATOR:
       raise ClusterError(
-        'No cluster given: pass --cluster \'{"chief": ["host:port"], '
-        '"worker": ["host:port", ...]}\' or set TF_CONFIG.'
+        f"TF_CONFIG says this task is a {task.get('type')!r}, but this binary runs the evaluator."
       )
+    return TaskSpec(jobs, EVALUATOR, 0)
+  all_addresses = cluster["chief"] + cluster["worker"]
+  if len(set(all_addresses)) != len(all_addresses):
+    raise ClusterError("The cluster spec lists an address twice; every task needs its own port.")
+  return TaskSpec(jobs, job, _task_index(cluster, job, index, task))
+
+
+def _read_spec(cluster_json: str | Mapping | None, environ: Mapping[str, str]) -> tuple[dict, dict]:
+  """(cluster, TF_CONFIG's task or {}) from --cluster, else from TF_CONFIG.
+
+  Raises:
+    ClusterError: neither is given, or it is not valid JSON.
+  """
+  if isinstance(cluster_json, Mapping):
+    return dict(cluster_json), {}
+  if cluster_json is not None:
     try:
-      config = json.loads(environ["TF_CONFIG"])
-    except json.JSONDecodeError as e:
-      raise ClusterError(f"TF_CONFIG is not valid JSON ({e}).") from e
-    if not isinstance(config, dict) or "cluster" not in config:
-      raise ClusterError("TF_CONFIG has no 'cluster' entry.")
-    cluster, task = config["cluster"], config.get("task") or {}
-  elif isinstance(cluster_json, Mapping):
-    cluster = dict(cluster_json)
-  else:
-    try:
-      cluster = json.loads(cluster_json)
+      return json.loads(cluster_json), {}
     except json.JSONDecodeError as e:
       raise ClusterError(f"--cluster is not valid JSON ({e}): {cluster_json!r}.") from e
+  if "TF_CONFIG" not in environ:
+    raise ClusterError(
+      'No cluster given: pass --cluster \'{"chief": ["host:port"], '
+      '"worker": ["host:port", ...]}\' or set TF_CONFIG.'
+    )
+  try:
+    config = json.loads(environ["TF_CONFIG"])
+  except json.JSONDecodeError as e:
+    raise ClusterError(f"TF_CONFIG is not valid JSON ({e}).") from e
+  if not isinstance(config, dict) or "cluster" not in config:
+    raise ClusterError("TF_CONFIG has no 'cluster' entry.")
+  return config["cluster"], config.get("task") or {}
+
+
+def _check_jobs(cluster: object) -> None:
+  """Raises ClusterError unless `cluster` maps the known jobs to host:port lists, one chief."""
   if not isinstance(cluster, dict):
     raise ClusterError(f"The cluster spec must be a JSON object of jobs, got {cluster!r}.")
   unknown = sorted(set(cluster) - set(JOBS) - {EVALUATOR})
@@ -107,15 +131,14 @@ def parse_cluster(
       _split_address(address)
   if len(cluster["chief"]) != 1:
     raise ClusterError(f"The cluster spec must have exactly one chief, got {cluster['chief']}.")
-  if job == EVALUATOR:  # Not a server: it reads the chief's train dir (evaluator.py).
-    if task and task.get("type") != EVALUATOR:
-      raise ClusterError(
-        f"TF_CONFIG says this task is a {task.get('type')!r}, but this binary runs the evaluator."
-      )
-    return TaskSpec({name: list(cluster[name]) for name in JOBS}, EVALUATOR, 0)
-  all_addresses = cluster["chief"] + cluster["worker"]
-  if len(set(all_addresses)) != len(all_addresses):
-    raise ClusterError("The cluster spec lists an address twice; every task needs its own port.")
+
+
+def _task_index(cluster: dict, job: str, index: int | None, task: Mapping) -> int:
+  """This task's index: --task_index, else TF_CONFIG's, else 0 for the chief.
+
+  Raises:
+    ClusterError: TF_CONFIG names another role, no index for a worker, or one out of range.
+  """
   if task:
     if task.get("type") != job:
       raise ClusterError(
@@ -132,7 +155,7 @@ def parse_cluster(
       f"Task index {index!r} is out of range: the cluster has {len(cluster[job])} {job} task(s), "
       f"indices 0 to {len(cluster[job]) - 1}."
     )
-  return TaskSpec({name: list(cluster[name]) for name in JOBS}, job, index)
+  return index
 
 
 def check_private(cluster: Mapping, allow_public_addresses: bool = False) -> None:

@@ -52,7 +52,7 @@ class InProcessTransport(base.Transport):
       self._samples.append(sample._replace(incarnation=self.incarnation))
     return True
 
-  def take_samples(self, num: int) -> base.Batch | None:
+  def take_samples(self, num: int) -> base.SampleBatch | None:
     """The `num` oldest queued samples, stacked (base.stack), or None if fewer are queued."""
     with self._lock:
       if len(self._samples) < num:

@@ -19,7 +19,9 @@ from collections.abc import Sequence
 
 from absl import logging
 
-BIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "bin")
+from task_specific_learned_opt import files
+
+BIN_DIR = os.path.join(files.PROJECT_ROOT, "bin")
 
 
 def free_ports(num: int) -> list[int]:
@@ -108,22 +110,22 @@ def launch(
   spec = loopback_cluster(num_workers)
   log_dir = os.path.join(train_dir, "logs")
   os.makedirs(log_dir, exist_ok=True)
-  processes = {}
 
-  def start(name: str, binary: str, *flags: str) -> None:
+  def start(name: str, role: str, *flags: str) -> subprocess.Popen:
     log = open(os.path.join(log_dir, f"{name}.log"), "w")
-    processes[name] = subprocess.Popen(
-      role_command(binary, spec, gin_files, gin_bindings, *flags),
+    return subprocess.Popen(
+      role_command(role, spec, gin_files, gin_bindings, *flags),
       stdout=log,
       stderr=subprocess.STDOUT,
       start_new_session=True,  # Ctrl-C reaches the launcher only; it stops the others in order.
     )
 
-  start("chief", "chief", f"--train_dir={train_dir}")
+  processes = {"chief": start("chief", "chief", f"--train_dir={train_dir}")}
   for i in range(num_workers):
-    start(f"worker{i}", "worker", f"--task_index={i}")
+    processes[f"worker{i}"] = start(f"worker{i}", "worker", f"--task_index={i}")
   if evaluator:
-    start("evaluator", "evaluator", f"--train_dir={train_dir}", f"--poll_secs={poll_secs}")
+    flags = (f"--train_dir={train_dir}", f"--poll_secs={poll_secs}")
+    processes["evaluator"] = start("evaluator", "evaluator", *flags)
   logging.info(
     "Started a chief (PID %d) and %d workers%s on %s; logs in %s. TensorBoard: tensorboard "
     "--logdir %s",
@@ -134,39 +136,63 @@ def launch(
     log_dir,
     train_dir,
   )
-  chief = processes["chief"]
   try:
-    while chief.poll() is None:
-      for name, p in processes.items():
-        if name != "chief" and p.poll() not in (None, 0):
-          logging.warning("%s exited with status %d; see %s.log.", name, p.returncode, name)
-          p.returncode = 0  # Reported once.
-      time.sleep(poll_secs)
-    if evaluator and chief.returncode == 0 and processes["evaluator"].poll() is None:
-      logging.info("The chief has finished; waiting for the evaluator's last snapshots.")
-      while processes["evaluator"].poll() is None:
-        time.sleep(poll_secs)
+    _wait_for_chief(processes, poll_secs)
   except KeyboardInterrupt:
-    logging.info("Stopping: the chief saves a checkpoint first.")
-    chief.send_signal(signal.SIGTERM)
-    try:
-      chief.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-      chief.kill()
+    _interrupt_chief(processes["chief"])
   finally:
-    deadline = time.time() + 30
-    for p in processes.values():
-      while p.poll() is None and time.time() < deadline:
-        time.sleep(0.2)
-      if p.poll() is None:
-        p.terminate()
-        try:
-          p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-          p.kill()
-  status = chief.returncode
+    _stop_all(processes)
+  status = processes["chief"].returncode
   if status != 0:
-    with open(os.path.join(log_dir, "chief.log")) as f:
-      last = [line for line in f.read().splitlines() if line.strip()][-1:]
-    logging.error("The chief exited with status %d: %s", status, last[0] if last else "")
+    _report_failure(log_dir, status)
   return status
+
+
+def _wait_for_chief(processes: dict[str, subprocess.Popen], poll_secs: float) -> None:
+  """Until the chief exits (and then the evaluator, if any, once the chief succeeded).
+
+  A worker that exits with an error is reported once; the others go on.
+  """
+  chief = processes["chief"]
+  while chief.poll() is None:
+    for name, p in processes.items():
+      if name != "chief" and p.poll() not in (None, 0):
+        logging.warning("%s exited with status %d; see %s.log.", name, p.returncode, name)
+        p.returncode = 0  # Reported once.
+    time.sleep(poll_secs)
+  evaluator = processes.get("evaluator")
+  if evaluator is not None and chief.returncode == 0 and evaluator.poll() is None:
+    logging.info("The chief has finished; waiting for the evaluator's last snapshots.")
+    while evaluator.poll() is None:
+      time.sleep(poll_secs)
+
+
+def _interrupt_chief(chief: subprocess.Popen) -> None:
+  """Ctrl-C: SIGTERM to the chief, which saves a checkpoint; killed if it takes 2 minutes."""
+  logging.info("Stopping: the chief saves a checkpoint first.")
+  chief.send_signal(signal.SIGTERM)
+  try:
+    chief.wait(timeout=120)
+  except subprocess.TimeoutExpired:
+    chief.kill()
+
+
+def _stop_all(processes: dict[str, subprocess.Popen]) -> None:
+  """Gives every process 30 s in all to leave on its own, then terminates (and kills) it."""
+  deadline = time.time() + 30
+  for p in processes.values():
+    while p.poll() is None and time.time() < deadline:
+      time.sleep(0.2)
+    if p.poll() is None:
+      p.terminate()
+      try:
+        p.wait(timeout=10)
+      except subprocess.TimeoutExpired:
+        p.kill()
+
+
+def _report_failure(log_dir: str, status: int) -> None:
+  """Logs the chief's exit status with the last line of its log."""
+  with open(os.path.join(log_dir, "chief.log")) as f:
+    last = [line for line in f.read().splitlines() if line.strip()][-1:]
+  logging.error("The chief exited with status %d: %s", status, last[0] if last else "")

@@ -7,8 +7,9 @@ exactly as an uninterrupted one would. The train dir holds what train_dir.py lis
 checkpoint also holds every worker's inner run and the round-robin counter (with PES, both
 unrolls' states and the sum of the perturbations, so a resumed PES run is exact too).
 
-The workers run PES when the chief's estimator (gin `Chief.estimator`) is "pes" or
-"pes_merged" (chief.configured_estimator, docs/pes.md).
+The chief and the workers are built here from one experiment record (outer_training.py): the
+chief with its estimator and batch size, the workers running PES when the estimator
+(`outer_training.estimator`) is "pes" or "pes_merged" (docs/pes.md).
 """
 
 import io
@@ -21,19 +22,23 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from task_specific_learned_opt.distributed import chief as chief_lib
-from task_specific_learned_opt.distributed import evaluator as evaluator_lib
-from task_specific_learned_opt.distributed import in_process, loops
+from task_specific_learned_opt import nests
+from task_specific_learned_opt.distributed import (
+  chief_files,
+  evaluator_role,
+  in_process,
+  loops,
+  worker_step,
+)
 from task_specific_learned_opt.distributed import outer_training as outer_lib
 from task_specific_learned_opt.distributed import train_dir as train_dir_lib
-from task_specific_learned_opt.distributed import worker as worker_lib
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.outer import estimators
 
 EVAL_DIRNAME = "eval"
 
 
-def _numpy_state(state: worker_lib.WorkerState) -> worker_lib.WorkerState:
+def _numpy_state(state: worker_step.WorkerState) -> worker_step.WorkerState:
   """`state` with its tensors (inner states, PES accumulator) as numpy arrays, for pickling."""
   tensors = {
     field: tf.nest.map_structure(np.asarray, value)
@@ -80,8 +85,7 @@ def train_local(
   train_dir: str,
   num_workers: int | None = None,
   setup: outer_lib.OuterTraining | None = None,
-  final_evaluation: Callable[[str, lopt_base.LearnedOptimizer, lopt_base.Theta], object]
-  | None = None,
+  final_evaluation: Callable[[str, lopt_base.LearnedOptimizer, nests.Theta], object] | None = None,
   resume_changed_experiment: bool = False,
   evaluate_snapshots: bool = False,
 ) -> dict:
@@ -91,19 +95,19 @@ def train_local(
 
   Args:
     train_dir: where checkpoints, theta exports, summaries and plots go.
-    num_workers: W, workers, each with its own inner-training run; None: the chief's batch
-      size (Chief.batch_size), so that every batch holds one sample of each of W independent
-      inner runs, as the paper's asynchronous workers give. A smaller W makes each batch hold
-      consecutive truncations of fewer inner runs (correlated samples, which distort the
-      merge's variance estimates); it keeps fewer inner states in memory and advances each
+    num_workers: W, workers, each with its own inner-training run; None: the experiment's batch
+      size (outer_training.batch_size), so that every batch holds one sample of each of W
+      independent inner runs, as the paper's asynchronous workers give. A smaller W makes each
+      batch hold consecutive truncations of fewer inner runs (correlated samples, which distort
+      the merge's variance estimates); it keeps fewer inner states in memory and advances each
       inner run faster per outer step.
     setup: the experiment; gin's `outer_training()` if None.
     final_evaluation: called as final_evaluation(output_dir, lopt, theta) once the last outer
-      step is reached (e.g. evaluation.compare_with_tuned_baseline); results go to
+      step is reached (e.g. evaluation.held_out.compare_with_tuned_baseline); results go to
       <train_dir>/eval.
     resume_changed_experiment: resume a train dir of another experiment (same theta shapes) on
-      purpose (see train_dir.ChiefFiles).
-    evaluate_snapshots: run the evaluator (evaluator.Evaluator, gin) in this process after
+      purpose (see chief_files.ChiefFiles).
+    evaluate_snapshots: run the evaluator (evaluator_role.Evaluator, gin) in this process after
       every outer step that kept a snapshot (outer_training.snapshot_every), and on the last
       one: performance over outer-training (Fig. 5). Its time counts in the outer steps'.
 
@@ -113,9 +117,7 @@ def train_local(
   Raises:
     train_dir_lib.CheckpointError: the latest checkpoint cannot be read, or belongs to another
       experiment.
-    ValueError: the chief's estimator and the workers' disagree (they come from one binding, so
-      this means the chief was configured in another gin scope); or evaluate_snapshots without
-      outer_training.snapshot_every.
+    ValueError: evaluate_snapshots without outer_training.snapshot_every.
   """
   setup = setup if setup is not None else outer_lib.outer_training()
   if evaluate_snapshots and setup.snapshot_every is None:  # Before anything is written.
@@ -123,35 +125,20 @@ def train_local(
       "train_local.evaluate_snapshots needs snapshots to evaluate: bind "
       "outer_training.snapshot_every (e.g. 10)."
     )
-  if num_workers is None:
-    num_workers = chief_lib.configured_batch_size()
+  num_workers = setup.batch_size if num_workers is None else num_workers
   transport = in_process.InProcessTransport()
-  persistent = estimators.is_persistent(chief_lib.configured_estimator())
-  worker_loops = [
-    loops.WorkerLoop(
-      worker_lib.Worker(
-        family=setup.family, lopt=setup.lopt, worker_id=i, seed=setup.seed, persistent=persistent
-      ),
-      transport,
-    )
-    for i in range(num_workers)
-  ]
-  workers_state = _WorkersState(worker_loops)
-  files = train_dir_lib.ChiefFiles(
+  workers_state = _WorkersState(_worker_loops(setup, num_workers, transport))
+  files = chief_files.ChiefFiles(
     train_dir,
+    outer_lib.make_chief(setup),
     setup,
     f"{setup.family.name}, {setup.lopt.name}, {num_workers} workers",
     resume_changed_experiment=resume_changed_experiment,
     workers=workers_state,
   )
-  if estimators.is_persistent(files.chief.estimator) != persistent:  # One binding sets both.
-    raise ValueError(
-      f"The chief's estimator {files.chief.estimator!r} and the workers' (persistent="
-      f"{persistent}) disagree."
-    )
   evaluator = None
   if evaluate_snapshots:
-    evaluator = evaluator_lib.Evaluator(train_dir, setup.lopt, setup.family)
+    evaluator = evaluator_role.Evaluator(train_dir, setup.lopt, setup.family)
   stats = loops.chief_loop(
     files,
     transport,
@@ -165,3 +152,19 @@ def train_local(
     logging.info("Evaluating theta on held-out tasks (train_local.final_evaluation).")
     final_evaluation(os.path.join(train_dir, EVAL_DIRNAME), setup.lopt, files.chief.theta())
   return stats
+
+
+def _worker_loops(
+  setup: outer_lib.OuterTraining, num_workers: int, transport: in_process.InProcessTransport
+) -> list[loops.WorkerLoop]:
+  """The experiment's `num_workers` workers (PES if its estimator says so), each in its loop."""
+  persistent = estimators.is_persistent(setup.estimator)
+  return [
+    loops.WorkerLoop(
+      worker_step.Worker(
+        family=setup.family, lopt=setup.lopt, worker_id=i, seed=setup.seed, persistent=persistent
+      ),
+      transport,
+    )
+    for i in range(num_workers)
+  ]

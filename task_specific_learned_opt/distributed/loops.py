@@ -9,7 +9,7 @@
     save; tell the workers training has finished.
   WorkerLoop(worker, transport).run():
     until training has finished: read theta, compute one sample from the worker's inner run
-    (worker.Worker.step), put it.
+    (worker_step.Worker.step), put it.
 
 Local mode (local.py) runs the chief loop with idle = "the next worker computes a sample", over
 the in-process transport; the cluster roles (cluster.py) run it with idle = "sleep a moment" and
@@ -23,9 +23,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from task_specific_learned_opt import stopping
-from task_specific_learned_opt.distributed import base, train_dir
-from task_specific_learned_opt.distributed import worker as worker_lib
+from task_specific_learned_opt import nests
+from task_specific_learned_opt.distributed import base, chief_files, stopping, worker_step
 
 WORKER_LOG_SECS = 30.0  # At most one progress line per worker this often (and the first sample).
 
@@ -34,8 +33,8 @@ class SampleFilter:
   """Which samples of a batch the chief may apply (beyond the Chief's non-finite/stale checks).
 
   Keeps a sample only if theta's lineage holds the theta it was computed with: its (chief
-  incarnation, version) lies in one of the ranges of train_dir.Lineage. So samples of a theta
-  from a lost branch (versions an earlier chief run reached past the checkpoint this one
+  incarnation, version) lies in one of the ranges of checkpoint_state.Lineage. So samples of a
+  theta from a lost branch (versions an earlier chief run reached past the checkpoint this one
   resumed, however many restarts ago) are dropped. Drops any (worker, worker run, sample index)
   seen before, too.
   """
@@ -50,7 +49,7 @@ class SampleFilter:
     self.ranges = [tuple(r) for r in ranges]
     self._last_index = {}  # (worker_id, worker_run) -> highest sample index seen.
 
-  def __call__(self, batch: base.Batch) -> tuple[np.ndarray, int, int]:
+  def __call__(self, batch: base.SampleBatch) -> tuple[np.ndarray, int, int]:
     """(keep mask [B], number from a lost theta, number of duplicates) for `batch`."""
     incarnation = np.asarray(batch.incarnation)
     version = np.asarray(batch.theta_version)
@@ -72,7 +71,7 @@ class SampleFilter:
 
 
 def chief_loop(
-  files: train_dir.ChiefFiles,
+  files: chief_files.ChiefFiles,
   transport: base.Transport,
   incarnation: int,
   idle: Callable[[], None],
@@ -102,7 +101,7 @@ def chief_loop(
   chief, setup = files.chief, files.setup
   files.lineage.begin(incarnation)
   accept = SampleFilter(files.lineage.ranges())
-  transport.publish_theta(base.flatten(chief.theta_numpy()), chief.step)
+  transport.publish_theta(nests.flatten_numpy(chief.theta_numpy()), chief.step)
   files.snapshot()  # Step 0's theta (or the step resumed from, if due and not yet kept).
   if chief.step >= setup.num_outer_steps:
     logging.info(
@@ -132,10 +131,10 @@ def chief_loop(
       if not keep.any():
         logging.warning("A whole batch was from a lost theta or seen before; skipped.")
         continue
-      with train_dir.interrupts_deferred():  # Apply, publish and record: all or nothing.
+      with stopping.interrupts_deferred():  # Apply, publish and record: all or nothing.
         kept = base.select(batch, keep)
         stats = chief.apply(kept)
-        transport.publish_theta(base.flatten(chief.theta_numpy()), chief.step)
+        transport.publish_theta(nests.flatten_numpy(chief.theta_numpy()), chief.step)
         stats.update(
           num_lost_theta=num_lost,
           num_duplicate=num_duplicate,
@@ -167,10 +166,10 @@ class WorkerLoop:
 
   def __init__(
     self,
-    worker: worker_lib.Worker,
+    worker: worker_step.Worker,
     transport: base.Transport,
     worker_run: int = 0,
-    state: worker_lib.WorkerState | None = None,
+    state: worker_step.WorkerState | None = None,
   ):
     """Makes the loop.
 

@@ -1,13 +1,18 @@
 """The outer-training experiment: what local mode and the cluster roles all read from gin.
 
-An experiment (gin: `outer_training.*`) names the task family, the learned optimizer, the seed and
-how long to train; `bin/train_local`, `bin/chief` and `bin/worker` all read it, so one gin file
-runs in one process or on a cluster. The chief's files are in train_dir.py, the loops in loops.py.
+An experiment (gin: `outer_training.*`) names the task family, the learned optimizer, the seed,
+the gradient estimator and the batch size of outer updates (paper Sec. 3, App. D.3), and how long
+to train; `bin/train_local`, `bin/chief` and `bin/worker` all read it, so one gin file runs in one
+process or on a cluster. The estimator is the one setting both roles act on: the chief merges
+with it, and "pes"/"pes_merged" make the workers run persistent ES (docs/pes.md). The mode that
+runs the chief builds it from this record (`make_chief`); the chief's files are in
+chief_files.py, the loops in loops.py.
 
 What makes two runs the same experiment is `experiment_record`: theta's shapes and every gin
 binding except those in RESUMABLE_BINDINGS (how long, how often, how fast, not what is learned).
 A train dir resumes only the experiment it holds, and a worker joins only a chief of its own
-experiment.
+experiment. Bindings of a setting that has changed its gin name (RENAMED_BINDINGS) compare under
+the new name, so a train dir recorded under the old one still resumes.
 """
 
 import fnmatch
@@ -17,7 +22,9 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from task_specific_learned_opt.distributed import chief_update
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
+from task_specific_learned_opt.outer import estimators
 from task_specific_learned_opt.tasks import base as task_base
 
 # Bindings that may change when a run resumes, or differ between the chief and its workers,
@@ -43,6 +50,11 @@ RESUMABLE_BINDINGS = (
   "compare_with_tuned_baseline.*",
   "eval/*",
 )
+# Settings recorded under another gin name in earlier train dirs: {old: new} (selector.parameter).
+RENAMED_BINDINGS = {
+  "Chief.batch_size": "outer_training.batch_size",
+  "Chief.estimator": "outer_training.estimator",
+}
 
 
 def experiment_record(theta_template: Any) -> dict:
@@ -86,13 +98,23 @@ def differences(before: dict, now: dict, max_listed: int = 4) -> str | None:
     return (
       f"theta's shapes differ ({before.get('theta_shapes')} there, {now.get('theta_shapes')} here)"
     )
-  old, new = before.get("bindings", {}), now.get("bindings", {})
+  old, new = _renamed(before.get("bindings", {})), _renamed(now.get("bindings", {}))
   changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
   if not changed:
     return None
   listed = [f"{k} {old.get(k, '(unset)')} there, {new.get(k, '(unset)')} here" for k in changed]
   more = f" and {len(listed) - max_listed} more" if len(listed) > max_listed else ""
   return f"gin bindings differ: {'; '.join(listed[:max_listed])}{more}"
+
+
+def _renamed(bindings: dict[str, str]) -> dict[str, str]:
+  """`bindings` with each key of RENAMED_BINDINGS ("scope/" kept) under its current name."""
+  renamed = {}
+  for key, value in bindings.items():
+    scope, _, name = key.rpartition("/")
+    name = RENAMED_BINDINGS.get(name, name)
+    renamed[f"{scope}/{name}" if scope else name] = value
+  return renamed
 
 
 class OuterTraining(NamedTuple):
@@ -108,6 +130,8 @@ class OuterTraining(NamedTuple):
   record_samples: bool = False
   max_inner_steps: int | None = None
   snapshot_every: int | None = None
+  batch_size: int = chief_update.BATCH_SIZE
+  estimator: str = chief_update.ESTIMATOR
 
 
 @gin.configurable
@@ -122,6 +146,8 @@ def outer_training(
   record_samples: bool = False,
   max_inner_steps: int | None = None,
   snapshot_every: int | None = None,
+  batch_size: int = chief_update.BATCH_SIZE,
+  estimator: str = chief_update.ESTIMATOR,
 ) -> OuterTraining:
   """The experiment.
 
@@ -137,26 +163,47 @@ def outer_training(
       sample index, chief incarnation, theta version) in progress.jsonl, for audits such as
       benchmarks/fault_injection.py.
     max_inner_steps: also stop once the samples taken add up to this many inner steps (the sum
-      of their K, train_dir.InnerSteps), e.g. to compare configurations at an equal budget of
+      of their K, checkpoint_state.InnerSteps), e.g. to compare configurations at an equal budget of
       inner steps (the paper's Fig. 8); None: no budget.
     snapshot_every: keep theta every this many outer steps (and at step 0 and the last step) in
-      theta_history/, for the evaluator (distributed/evaluator.py, the paper's Fig. 5); None:
-      keep none.
+      theta_history/, for the evaluator (distributed/evaluator_role.py, the paper's Fig. 5);
+      None: keep none.
+    batch_size: samples per outer update (App. D.3: 128); local mode's default number of
+      workers.
+    estimator: how the chief combines the samples (chief_update.Chief): "merged" (Sec. 3,
+      eq. 1), "rp" or "es" (the Fig. 8 ablations), "pes" or "pes_merged" (the workers then run
+      persistent ES, docs/pes.md).
 
   Raises:
-    ValueError: snapshot_every < 1.
+    ValueError: snapshot_every < 1, batch_size < 1 or an unknown estimator.
   """
   if snapshot_every is not None and snapshot_every < 1:
     raise ValueError(f"outer_training.snapshot_every must be >= 1 or None, got {snapshot_every}.")
+  if batch_size < 1:
+    raise ValueError(f"outer_training.batch_size must be >= 1, got {batch_size}.")
+  estimators.is_persistent(estimator)  # Raises on an unknown estimator.
   return OuterTraining(
-    family,
-    lopt,
-    int(seed),
-    int(num_outer_steps),
-    float(checkpoint_every_secs),
-    int(keep_checkpoints),
-    int(log_every),
-    bool(record_samples),
-    None if max_inner_steps is None else int(max_inner_steps),
-    None if snapshot_every is None else int(snapshot_every),
+    family=family,
+    lopt=lopt,
+    seed=int(seed),
+    num_outer_steps=int(num_outer_steps),
+    checkpoint_every_secs=float(checkpoint_every_secs),
+    keep_checkpoints=int(keep_checkpoints),
+    log_every=int(log_every),
+    record_samples=bool(record_samples),
+    max_inner_steps=None if max_inner_steps is None else int(max_inner_steps),
+    snapshot_every=None if snapshot_every is None else int(snapshot_every),
+    batch_size=int(batch_size),
+    estimator=estimator,
+  )
+
+
+def make_chief(setup: OuterTraining) -> chief_update.Chief:
+  """The experiment's chief: theta = lopt.init(seed), its estimator and batch size.
+
+  The chief's other settings (learning rate, Adam's betas, clipping, staleness) are gin's
+  `Chief.*`.
+  """
+  return chief_update.Chief(
+    lopt=setup.lopt, seed=setup.seed, estimator=setup.estimator, batch_size=setup.batch_size
   )

@@ -27,9 +27,9 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from task_specific_learned_opt import nests
 from task_specific_learned_opt.distributed import base, cluster_spec
 from task_specific_learned_opt.distributed import outer_training as outer_lib
-from task_specific_learned_opt.learned_optimizers import base as lopt_base
 
 SCOPE = "outer_training"
 QUEUE_NAME = "outer_training_samples"
@@ -56,7 +56,7 @@ class ChiefUnreachableError(cluster_spec.ClusterError):
   """The chief did not answer within the timeout."""
 
 
-def fingerprint(theta_template: lopt_base.Theta) -> str:
+def fingerprint(theta_template: nests.Theta) -> str:
   """What chief and workers must agree on (outer_training.experiment_record), as JSON.
 
   Args:
@@ -143,6 +143,18 @@ class Backoff:
     self.delay = min(self.delay * 2, self.longest_secs)
 
 
+def _variable(name: str, shape: Sequence[int], dtype: tf.DType) -> tf.Variable:
+  """A zero-initialised resource variable of the shared state (in the current scope)."""
+  return tf.compat.v1.get_variable(
+    name,
+    shape=shape,
+    dtype=dtype,
+    initializer=tf.compat.v1.zeros_initializer(),
+    use_resource=True,
+    trainable=False,
+  )
+
+
 @gin.configurable(denylist=["target", "num_params", "experiment", "chief_job"])
 class TFRuntimeTransport(base.Transport):
   """The chief's shared variables and sample queue, seen from one process's session.
@@ -187,70 +199,62 @@ class TFRuntimeTransport(base.Transport):
       self._build(int(queue_capacity))
 
   def _build(self, queue_capacity: int) -> None:
-    n = self.num_params
+    """The shared state and the sample queue, on the chief's task (the same graph everywhere)."""
     device = f"/job:{self.chief_job}/replica:0/task:0/device:CPU:0"
     with tf.device(device), tf.compat.v1.variable_scope(SCOPE):
+      self._build_state()
+      self._build_queue(queue_capacity)
 
-      def variable(
-        name: str,
-        shape: Sequence[int],
-        dtype: tf.DType,
-        initializer: Callable[..., tf.Tensor] | None = None,
-      ) -> tf.Variable:
-        return tf.compat.v1.get_variable(
-          name,
-          shape=shape,
-          dtype=dtype,
-          initializer=initializer or tf.compat.v1.zeros_initializer(),
-          use_resource=True,
-          trainable=False,
-        )
+  def _build_state(self) -> None:
+    """theta, its version, the incarnation, done, workers_left, the fingerprint; their ops."""
+    theta = _variable("theta", [self.num_params], tf.float32)
+    version = _variable("version", [], tf.int64)
+    incarnation = _variable("incarnation", [], tf.int64)
+    done = _variable("done", [], tf.bool)
+    left = _variable("workers_left", [], tf.int64)
+    experiment = tf.compat.v1.get_variable(
+      "experiment", initializer=tf.constant(""), use_resource=True, trainable=False
+    )
+    self._theta_in = tf.compat.v1.placeholder(tf.float32, [self.num_params])
+    self._version_in = tf.compat.v1.placeholder(tf.int64, [])
+    self._publish = [theta.assign(self._theta_in), version.assign(self._version_in)]
+    self._incarnation_in = tf.compat.v1.placeholder(tf.int64, [])
+    self._experiment_in = tf.compat.v1.placeholder(tf.string, [])
+    # Start is one run, and the fingerprint (what workers wait for) is written only after
+    # everything else: a worker reads either an unset state (and retries) or all of it.
+    # The variables are never zero-initialised, so there is no zero theta to read.
+    state = [
+      *self._publish,
+      incarnation.assign(self._incarnation_in),
+      done.assign(False),
+      left.assign(tf.constant(0, tf.int64)),
+    ]
+    with tf.control_dependencies(state):
+      self._start = experiment.assign(self._experiment_in, read_value=False)
+    self._finish = done.assign(True)
+    self._leave = left.assign_add(1)
+    self._read = {
+      "theta": theta.read_value(),
+      "version": version.read_value(),
+      "incarnation": incarnation.read_value(),
+      "done": done.read_value(),
+      "experiment": experiment.read_value(),
+    }
+    self._read_left = left.read_value()
 
-      theta = variable("theta", [n], tf.float32)
-      version = variable("version", [], tf.int64)
-      incarnation = variable("incarnation", [], tf.int64)
-      done = variable("done", [], tf.bool)
-      left = variable("workers_left", [], tf.int64)
-      experiment = tf.compat.v1.get_variable(
-        "experiment", initializer=tf.constant(""), use_resource=True, trainable=False
-      )
-      self._theta_in = tf.compat.v1.placeholder(tf.float32, [n])
-      self._version_in = tf.compat.v1.placeholder(tf.int64, [])
-      self._publish = [theta.assign(self._theta_in), version.assign(self._version_in)]
-      self._incarnation_in = tf.compat.v1.placeholder(tf.int64, [])
-      self._experiment_in = tf.compat.v1.placeholder(tf.string, [])
-      # Start is one run, and the fingerprint (what workers wait for) is written only after
-      # everything else: a worker reads either an unset state (and retries) or all of it.
-      # The variables are never zero-initialised, so there is no zero theta to read.
-      state = [
-        *self._publish,
-        incarnation.assign(self._incarnation_in),
-        done.assign(False),
-        left.assign(tf.constant(0, tf.int64)),
-      ]
-      with tf.control_dependencies(state):
-        self._start = experiment.assign(self._experiment_in, read_value=False)
-      self._finish = done.assign(True)
-      self._leave = left.assign_add(1)
-      self._read = {
-        "theta": theta.read_value(),
-        "version": version.read_value(),
-        "incarnation": incarnation.read_value(),
-        "done": done.read_value(),
-        "experiment": experiment.read_value(),
-      }
-      self._read_left = left.read_value()
-      shapes = [[n], [n]] + [[]] * (len(_QUEUE_DTYPES) - 2)
-      queue = tf.queue.FIFOQueue(
-        queue_capacity, _QUEUE_DTYPES, shapes=shapes, shared_name=QUEUE_NAME, name="samples"
-      )
-      self._sample_in = [
-        tf.compat.v1.placeholder(d, [None, *s]) for d, s in zip(_QUEUE_DTYPES, shapes, strict=True)
-      ]
-      self._enqueue = queue.enqueue_many(self._sample_in)
-      self._size = queue.size()
-      self._take_n = tf.compat.v1.placeholder(tf.int32, [])
-      self._dequeue = queue.dequeue_many(self._take_n)
+  def _build_queue(self, queue_capacity: int) -> None:
+    """The FIFO queue of samples (shared by name) and its enqueue, size and dequeue ops."""
+    shapes = [[self.num_params], [self.num_params]] + [[]] * (len(_QUEUE_DTYPES) - 2)
+    queue = tf.queue.FIFOQueue(
+      queue_capacity, _QUEUE_DTYPES, shapes=shapes, shared_name=QUEUE_NAME, name="samples"
+    )
+    self._sample_in = [
+      tf.compat.v1.placeholder(d, [None, *s]) for d, s in zip(_QUEUE_DTYPES, shapes, strict=True)
+    ]
+    self._enqueue = queue.enqueue_many(self._sample_in)
+    self._size = queue.size()
+    self._take_n = tf.compat.v1.placeholder(tf.int32, [])
+    self._dequeue = queue.dequeue_many(self._take_n)
 
   @property
   def session(self) -> tf.compat.v1.Session:
@@ -297,7 +301,7 @@ class TFRuntimeTransport(base.Transport):
     """Assigns `theta` (flat, [n]) and `version` on the chief's task, where workers read them."""
     self._run(self._publish, {self._theta_in: theta, self._version_in: version})
 
-  def take_samples(self, num: int) -> base.Batch | None:
+  def take_samples(self, num: int) -> base.SampleBatch | None:
     """The `num` oldest queued samples, dequeued in one call, or None if fewer are queued."""
     if self.queued() < num:
       return None
@@ -358,7 +362,7 @@ class TFRuntimeTransport(base.Transport):
     """
     return self.put_batch(base.stack([sample._replace(incarnation=self.incarnation)]))
 
-  def put_batch(self, batch: base.Batch) -> bool:
+  def put_batch(self, batch: base.SampleBatch) -> bool:
     """Enqueues stacked samples in one call (put_sample, and the throughput benchmark)."""
     try:
       self._run(self._enqueue, dict(zip(self._sample_in, batch, strict=True)))

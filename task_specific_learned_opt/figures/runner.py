@@ -10,17 +10,14 @@ panel with `panels.done(...)`, which logs one line with the elapsed time.
 """
 
 import abc
-import json
-import math
 import os
 import time
 
 import gin
-import numpy as np
 from absl import logging
 from matplotlib import figure
 
-from task_specific_learned_opt import checkpoints
+from task_specific_learned_opt import checkpoints, files
 
 JSON_INDENT = 1
 
@@ -70,40 +67,6 @@ class Experiment(abc.ABC):
     """
 
 
-def to_json(value: object) -> object:
-  """`value` with numpy arrays and scalars as lists and Python numbers; NaN and inf as strings.
-
-  Args:
-    value: a nest of dicts, lists, tuples, numpy arrays and numbers.
-
-  Returns:
-    The same nest in types json.dump writes as standard JSON (non-finite floats become "nan",
-    "inf" or "-inf", which json.dump would otherwise write as invalid JSON).
-  """
-  if isinstance(value, dict):
-    return {str(k): to_json(v) for k, v in value.items()}
-  if isinstance(value, (list, tuple)):
-    return [to_json(v) for v in value]
-  if isinstance(value, np.ndarray):
-    return to_json(value.tolist())
-  if isinstance(value, np.generic):
-    return to_json(value.item())
-  if isinstance(value, float) and not math.isfinite(value):
-    return str(value)
-  return value
-
-
-def from_json(value: object) -> object:
-  """Undoes `to_json`'s strings for non-finite floats ("nan", "inf", "-inf")."""
-  if isinstance(value, dict):
-    return {k: from_json(v) for k, v in value.items()}
-  if isinstance(value, list):
-    return [from_json(v) for v in value]
-  if value in ("nan", "inf", "-inf"):
-    return float(value)
-  return value
-
-
 @gin.configurable
 def run_figure(output_dir: str, name: str, experiment: Experiment = gin.REQUIRED) -> dict:
   """Runs `experiment`; writes NAME.json, NAME.png and the operative gin config to output_dir.
@@ -121,13 +84,10 @@ def run_figure(output_dir: str, name: str, experiment: Experiment = gin.REQUIRED
   panels = Panels(name)
   result = dict(experiment.compute(panels))
   result.update(figure=name, seconds=round(time.time() - panels.start, 3), panels=panels.finished)
-  result = to_json(result)
-  json_path = os.path.join(output_dir, f"{name}.json")
-  with open(json_path + ".tmp", "w") as f:
-    json.dump(result, f, indent=JSON_INDENT)
-  os.replace(json_path + ".tmp", json_path)
+  result = files.to_json(result)
+  json_path = files.write_json(os.path.join(output_dir, f"{name}.json"), result, indent=JSON_INDENT)
   png_path = os.path.join(output_dir, f"{name}.png")
-  fig = experiment.plot(from_json(result))
+  fig = experiment.plot(files.from_json(result))
   fig.savefig(png_path, dpi=110, bbox_inches="tight")
   checkpoints.write_operative_config(output_dir)
   logging.info("%s: wrote %s and %s in %.1f s.", name, png_path, json_path, result["seconds"])

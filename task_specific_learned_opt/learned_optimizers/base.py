@@ -10,12 +10,9 @@ respect to theta (the reparameterisation gradient) and rerun at theta +/- e (ant
 """
 
 import abc
-from typing import Any
 
-from task_specific_learned_opt import seeds as seeds_lib
+from task_specific_learned_opt import nests, random_seeds
 from task_specific_learned_opt.optimizers import base as opt_base
-
-Theta = Any  # A nest of float32 tensors.
 
 
 class LearnedOptimizer(abc.ABC):
@@ -24,9 +21,9 @@ class LearnedOptimizer(abc.ABC):
   name: str = "learned_optimizer"
 
   @abc.abstractmethod
-  def init(self, seed: seeds_lib.SeedLike) -> Theta:
+  def init(self, seed: random_seeds.SeedLike) -> nests.Theta:
     """Initial meta-parameters from a stateless seed."""
 
   @abc.abstractmethod
-  def opt_fn(self, theta: Theta) -> opt_base.Optimizer:
+  def opt_fn(self, theta: nests.Theta) -> opt_base.Optimizer:
     """The inner Optimizer whose update is parameterised by `theta`."""

@@ -28,12 +28,13 @@ grads, momenta and the step count in; new params and momenta out), so it depends
 alone and MLPLOpt's optimizer keeps the state.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
+from task_specific_learned_opt import nests
 from task_specific_learned_opt.learned_optimizers import features
 
 # Rows of Z and Y: g, w, a row of ones, then the momenta.
@@ -43,7 +44,6 @@ MOMENTA_ROW = 3
 GROUP_MAX_ELEMENTS = 4096
 
 # {"hidden": {"w": [inputs, hidden], "b": [hidden]}, "output": {"w": [hidden, 2], "b": [2]}}.
-Theta = Mapping[str, Mapping[str, tf.Tensor | np.ndarray]]
 
 
 class UpdateConfig(NamedTuple):
@@ -145,7 +145,7 @@ class FastUpdate:
   become a few.
   """
 
-  def __init__(self, config: UpdateConfig, theta: Theta):
+  def __init__(self, config: UpdateConfig, theta: nests.Theta):
     """Builds the constant matrices and theta's share of the weights.
 
     Args:

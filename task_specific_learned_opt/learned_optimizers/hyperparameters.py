@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 import gin
 import tensorflow as tf
 
-from task_specific_learned_opt import seeds as seeds_lib
+from task_specific_learned_opt import random_seeds
 from task_specific_learned_opt.learned_optimizers import base
 from task_specific_learned_opt.optimizers import base as opt_base
 
@@ -66,7 +66,7 @@ class LearnedHyperparameters(base.LearnedOptimizer):
     self.fixed = fixed
     self.name = f"learned_{'_'.join(sorted(learned))}"
 
-  def init(self, seed: seeds_lib.SeedLike) -> dict[str, tf.Tensor]:
+  def init(self, seed: random_seeds.SeedLike) -> dict[str, tf.Tensor]:
     """theta at the initial values ({name: float32 scalar}); the seed is not used."""
     del seed
     return {

@@ -32,7 +32,7 @@ from typing import NamedTuple
 import gin
 import tensorflow as tf
 
-from task_specific_learned_opt import seeds as seeds_lib
+from task_specific_learned_opt import nests, random_seeds
 from task_specific_learned_opt.learned_optimizers import base, fast_update, features
 from task_specific_learned_opt.optimizers import base as opt_base
 
@@ -49,8 +49,8 @@ class MLPLOptState(NamedTuple):
   would need a transpose each way, measured at a quarter of the update's time).
   """
 
-  params: opt_base.Params
-  momenta: opt_base.Params  # Each [num_decays, *param.shape].
+  params: nests.Params
+  momenta: nests.Params  # Each [num_decays, *param.shape].
   iteration: tf.Tensor  # int32 scalar: inner steps taken.
 
 
@@ -89,11 +89,11 @@ class _Optimizer(opt_base.Optimizer):
 
   name = "mlp_lopt"
 
-  def __init__(self, lopt: "MLPLOpt", theta: base.Theta):
+  def __init__(self, lopt: "MLPLOpt", theta: nests.Theta):
     self.lopt = lopt
     self.theta = theta
 
-  def init(self, params: opt_base.Params) -> MLPLOptState:
+  def init(self, params: nests.Params) -> MLPLOptState:
     num_decays = len(self.lopt.decays)
     return MLPLOptState(
       params=params,
@@ -126,7 +126,7 @@ class _ReferenceMLPLOptOptimizer(_Optimizer):
   def _apply(
     self,
     state: MLPLOptState,
-    grads: opt_base.Params,
+    grads: nests.Params,
     update_tensor: Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]],
   ) -> MLPLOptState:
     new = [
@@ -141,7 +141,7 @@ class _ReferenceMLPLOptOptimizer(_Optimizer):
     return self._pack(state, [p for p, _ in new], [m for _, m in new])
 
   def update(
-    self, state: MLPLOptState, grads: opt_base.Params, loss: tf.Tensor | None = None
+    self, state: MLPLOptState, grads: nests.Params, loss: tf.Tensor | None = None
   ) -> MLPLOptState:
     del loss  # The paper's optimizer does not see the loss.
     lopt, theta = self.lopt, self.theta
@@ -164,14 +164,14 @@ class _ReferenceMLPLOptOptimizer(_Optimizer):
 class _MLPLOptOptimizer(_Optimizer):
   """The same update computed by the folded kernel of fast_update.py (what `opt_fn` returns)."""
 
-  def __init__(self, lopt: "MLPLOpt", theta: base.Theta):
+  def __init__(self, lopt: "MLPLOpt", theta: nests.Theta):
     super().__init__(lopt, theta)
     # Made here, where opt_fn(theta) is called, so that theta's share of the kernel's weights is
     # built once outside the inner training loop.
     self._kernel = fast_update.FastUpdate(lopt.update_config, theta)
 
   def update(
-    self, state: MLPLOptState, grads: opt_base.Params, loss: tf.Tensor | None = None
+    self, state: MLPLOptState, grads: nests.Params, loss: tf.Tensor | None = None
   ) -> MLPLOptState:
     del loss  # The paper's optimizer does not see the loss.
     params, momenta = self._kernel(
@@ -282,7 +282,7 @@ class MLPLOpt(base.LearnedOptimizer):
       return features.original_code_columns(grad, param, momenta)
     return features.paper_columns(grad, param, momenta, self.use_momentum)
 
-  def init(self, seed: seeds_lib.SeedLike) -> dict:
+  def init(self, seed: random_seeds.SeedLike) -> dict:
     """Initial theta: truncated normal weights with stddev 1/sqrt(fan_in), zero biases.
 
     Args:
@@ -292,7 +292,7 @@ class MLPLOpt(base.LearnedOptimizer):
       {"hidden": {"w": [num_inputs, hidden_size], "b": [hidden_size]},
        "output": {"w": [hidden_size, 2], "b": [2]}}, float32.
     """
-    hidden_seed, output_seed = tf.unstack(seeds_lib.split(seed, 2))
+    hidden_seed, output_seed = tf.unstack(random_seeds.split(seed, 2))
 
     def weights(seed: tf.Tensor, fan_in: int, fan_out: int) -> tf.Tensor:
       stddev = 1.0 / fan_in**0.5
@@ -309,7 +309,7 @@ class MLPLOpt(base.LearnedOptimizer):
       },
     }
 
-  def opt_fn(self, theta: base.Theta) -> opt_base.Optimizer:
+  def opt_fn(self, theta: nests.Theta) -> opt_base.Optimizer:
     """The inner Optimizer for `theta` (the fast implementation unless configured otherwise).
 
     Args:
@@ -322,7 +322,7 @@ class MLPLOpt(base.LearnedOptimizer):
       return self.reference_opt_fn(theta)
     return _MLPLOptOptimizer(self, theta)
 
-  def reference_opt_fn(self, theta: base.Theta) -> opt_base.Optimizer:
+  def reference_opt_fn(self, theta: nests.Theta) -> opt_base.Optimizer:
     """The same Optimizer written out per tensor as in App. D.1 (slower; tests compare them).
 
     Args:
@@ -334,7 +334,7 @@ class MLPLOpt(base.LearnedOptimizer):
     return _ReferenceMLPLOptOptimizer(self, theta)
 
 
-def num_meta_parameters(theta: base.Theta) -> int:
+def num_meta_parameters(theta: nests.Theta) -> int:
   """Scalars in theta (610 for the paper's features, 1090 for the original code's).
 
   Args:

@@ -9,15 +9,16 @@ from typing import NamedTuple
 import gin
 import tensorflow as tf
 
-from task_specific_learned_opt.optimizers import base, hand_designed
+from task_specific_learned_opt import nests
+from task_specific_learned_opt.optimizers import hand_designed
 
 
 class AdamState(NamedTuple):
   """State of `Adam`: the parameters and the first and second moment accumulators."""
 
-  params: base.Params
-  m: base.Params
-  v: base.Params
+  params: nests.Params
+  m: nests.Params
+  v: nests.Params
   iteration: tf.Tensor
 
 
@@ -63,7 +64,7 @@ class Adam(hand_designed.HandDesignedOptimizer):
     self.beta2 = beta2
     self.epsilon = epsilon
 
-  def init(self, params: base.Params) -> AdamState:
+  def init(self, params: nests.Params) -> AdamState:
     """The state before the first step.
 
     Args:
@@ -80,7 +81,7 @@ class Adam(hand_designed.HandDesignedOptimizer):
       iteration=hand_designed.init_iteration(),
     )
 
-  def _apply(self, state: AdamState, grads: base.Params, lr_t: tf.Tensor) -> AdamState:
+  def _apply(self, state: AdamState, grads: nests.Params, lr_t: tf.Tensor) -> AdamState:
     beta1 = tf.cast(self.beta1, tf.float32)
     beta2 = tf.cast(self.beta2, tf.float32)
     epsilon = tf.cast(self.epsilon, tf.float32)

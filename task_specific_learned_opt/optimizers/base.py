@@ -18,7 +18,8 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-Params = Any
+from task_specific_learned_opt import nests
+
 OptState = Any  # A NamedTuple with at least `params` and `iteration` fields.
 
 
@@ -28,14 +29,14 @@ class Optimizer(abc.ABC):
   name: str = "optimizer"
 
   @abc.abstractmethod
-  def init(self, params: Params) -> OptState:
+  def init(self, params: nests.Params) -> OptState:
     """The state before the first step: the parameters plus the rule's accumulators."""
 
   @abc.abstractmethod
-  def update(self, state: OptState, grads: Params, loss: tf.Tensor | None = None) -> OptState:
+  def update(self, state: OptState, grads: nests.Params, loss: tf.Tensor | None = None) -> OptState:
     """One step: the new state given gradients of the loss at `get_params(state)`."""
 
-  def get_params(self, state: OptState) -> Params:
+  def get_params(self, state: OptState) -> nests.Params:
     """The parameters held in `state`."""
     return state.params
 
@@ -43,5 +44,5 @@ class Optimizer(abc.ABC):
 class ParamsState(NamedTuple):
   """State of a rule with no accumulators (SGD)."""
 
-  params: Params
+  params: nests.Params
   iteration: tf.Tensor

@@ -18,6 +18,7 @@ import abc
 
 import tensorflow as tf
 
+from task_specific_learned_opt import nests
 from task_specific_learned_opt.optimizers import base
 
 HParam = float | tf.Tensor
@@ -66,8 +67,8 @@ def learning_rate_at(
 
 
 def add_regularization(
-  params: base.Params, grads: base.Params, l1: HParam, l2: HParam
-) -> base.Params:
+  params: nests.Params, grads: nests.Params, l1: HParam, l2: HParam
+) -> nests.Params:
   """Adds the gradient of the l1 and l2 penalties to `grads` (Sec. 4.4).
 
   The penalty l1 * sum|w| + l2 * sum(w^2) / 2 is added to the inner loss, so its gradient is added
@@ -129,7 +130,7 @@ class HandDesignedOptimizer(base.Optimizer):
     self.l2 = l2
 
   def update(
-    self, state: base.OptState, grads: base.Params, loss: tf.Tensor | None = None
+    self, state: base.OptState, grads: nests.Params, loss: tf.Tensor | None = None
   ) -> base.OptState:
     """One regularised, scheduled step of the base rule.
 
@@ -150,14 +151,14 @@ class HandDesignedOptimizer(base.Optimizer):
     return new_state._replace(iteration=state.iteration + 1)
 
   @abc.abstractmethod
-  def _apply(self, state: base.OptState, grads: base.Params, lr_t: tf.Tensor) -> base.OptState:
+  def _apply(self, state: base.OptState, grads: nests.Params, lr_t: tf.Tensor) -> base.OptState:
     """The base rule's step with regularised `grads` and learning rate `lr_t`.
 
     `state.iteration` is still the number of steps taken before this one; `update` increments it.
     """
 
 
-def init_params(params: base.Params) -> base.Params:
+def init_params(params: nests.Params) -> nests.Params:
   """`params` as a nest of tensors, so the state can be a tf.while_loop loop variable.
 
   Args:
@@ -174,7 +175,7 @@ def init_iteration() -> tf.Tensor:
   return tf.constant(0, dtype=tf.int32)
 
 
-def zeros_like(params: base.Params) -> base.Params:
+def zeros_like(params: nests.Params) -> nests.Params:
   """Zeros in the shape of every leaf of `params`: an accumulator before the first step.
 
   Args:

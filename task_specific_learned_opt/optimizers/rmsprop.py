@@ -9,14 +9,15 @@ from typing import NamedTuple
 import gin
 import tensorflow as tf
 
-from task_specific_learned_opt.optimizers import base, hand_designed
+from task_specific_learned_opt import nests
+from task_specific_learned_opt.optimizers import hand_designed
 
 
 class RMSPropState(NamedTuple):
   """State of `RMSProp`: the parameters and the running mean v of squared gradients."""
 
-  params: base.Params
-  second_moment: base.Params
+  params: nests.Params
+  second_moment: nests.Params
   iteration: tf.Tensor
 
 
@@ -55,7 +56,7 @@ class RMSProp(hand_designed.HandDesignedOptimizer):
     self.decay = decay
     self.epsilon = epsilon
 
-  def init(self, params: base.Params) -> RMSPropState:
+  def init(self, params: nests.Params) -> RMSPropState:
     """The state before the first step.
 
     Args:
@@ -71,7 +72,7 @@ class RMSProp(hand_designed.HandDesignedOptimizer):
       iteration=hand_designed.init_iteration(),
     )
 
-  def _apply(self, state: RMSPropState, grads: base.Params, lr_t: tf.Tensor) -> RMSPropState:
+  def _apply(self, state: RMSPropState, grads: nests.Params, lr_t: tf.Tensor) -> RMSPropState:
     decay = tf.cast(self.decay, tf.float32)
     epsilon = tf.cast(self.epsilon, tf.float32)
     second_moment = tf.nest.map_structure(

@@ -9,6 +9,7 @@ from typing import NamedTuple
 import gin
 import tensorflow as tf
 
+from task_specific_learned_opt import nests
 from task_specific_learned_opt.optimizers import base, hand_designed
 
 
@@ -37,7 +38,7 @@ class SGD(hand_designed.HandDesignedOptimizer):
     """
     super().__init__(learning_rate, linear_decay, exponential_decay, l1, l2)
 
-  def init(self, params: base.Params) -> base.ParamsState:
+  def init(self, params: nests.Params) -> base.ParamsState:
     """The state before the first step.
 
     Args:
@@ -51,7 +52,7 @@ class SGD(hand_designed.HandDesignedOptimizer):
     )
 
   def _apply(
-    self, state: base.ParamsState, grads: base.Params, lr_t: tf.Tensor
+    self, state: base.ParamsState, grads: nests.Params, lr_t: tf.Tensor
   ) -> base.ParamsState:
     params = tf.nest.map_structure(lambda w, g: w - lr_t * g, state.params, grads)
     return state._replace(params=params)
@@ -60,8 +61,8 @@ class SGD(hand_designed.HandDesignedOptimizer):
 class MomentumState(NamedTuple):
   """State of `Momentum`: the parameters and the momentum accumulator m."""
 
-  params: base.Params
-  momentum: base.Params
+  params: nests.Params
+  momentum: nests.Params
   iteration: tf.Tensor
 
 
@@ -104,7 +105,7 @@ class Momentum(hand_designed.HandDesignedOptimizer):
     self.momentum = momentum
     self.nesterov = nesterov
 
-  def init(self, params: base.Params) -> MomentumState:
+  def init(self, params: nests.Params) -> MomentumState:
     """The state before the first step.
 
     Args:
@@ -120,7 +121,7 @@ class Momentum(hand_designed.HandDesignedOptimizer):
       iteration=hand_designed.init_iteration(),
     )
 
-  def _apply(self, state: MomentumState, grads: base.Params, lr_t: tf.Tensor) -> MomentumState:
+  def _apply(self, state: MomentumState, grads: nests.Params, lr_t: tf.Tensor) -> MomentumState:
     mu = tf.cast(self.momentum, tf.float32)
     momentum = tf.nest.map_structure(lambda m, g: mu * m + g, state.momentum, grads)
     if self.nesterov:

@@ -20,11 +20,12 @@ All functions are plain TF over nests, eager-testable and usable inside the chie
 with a dynamic number of samples N.
 """
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import tensorflow as tf
 
-Nest = Any
+from task_specific_learned_opt import nests
+
 ESTIMATORS = ("merged", "rp", "es", "pes", "pes_merged")
 # The estimators whose samples carry g_pes in the place of g_es (the workers run PES).
 PERSISTENT_ESTIMATORS = ("pes", "pes_merged")
@@ -32,8 +33,8 @@ VARIANCE_EPSILON = 1e-8  # App. C / authors' code: added to both empirical varia
 
 
 def es_gradient(
-  loss_plus: tf.Tensor, loss_minus: tf.Tensor, perturbation: Nest, sigma: float | tf.Tensor
-) -> Nest:
+  loss_plus: tf.Tensor, loss_minus: tf.Tensor, perturbation: nests.Nest, sigma: float | tf.Tensor
+) -> nests.Nest:
   """The antithetic ES estimate of the smoothed outer-loss gradient (Sec. 3).
 
   g_es = (L+ - L-) / 2 * e / sigma^2,
@@ -76,10 +77,10 @@ class MergeResult(NamedTuple):
     es_weight: w_es = v_es^-1 / (v_rp^-1 + v_es^-1), the weight of the ES mean in g_merged.
   """
 
-  gradient: Nest
-  rp_variance: Nest
-  es_variance: Nest
-  es_weight: Nest
+  gradient: nests.Nest
+  rp_variance: nests.Nest
+  es_variance: nests.Nest
+  es_weight: nests.Nest
 
 
 def is_persistent(estimator: str) -> bool:
@@ -110,7 +111,9 @@ def _moments(samples: tf.Tensor, epsilon: float) -> tuple[tf.Tensor, tf.Tensor]:
   return mean, variance
 
 
-def _merge(g_rp: Nest, g_es: Nest, epsilon: float) -> tuple[MergeResult, Nest, Nest]:
+def _merge(
+  g_rp: nests.Nest, g_es: nests.Nest, epsilon: float
+) -> tuple[MergeResult, nests.Nest, nests.Nest]:
   """`merge_inverse_variance` that also returns the nests of means m_rp and m_es."""
   tf.nest.assert_same_structure(g_rp, g_es)
   rp_means, es_means, rp_vars, es_vars, grads, weights = [], [], [], [], [], []
@@ -131,7 +134,7 @@ def _merge(g_rp: Nest, g_es: Nest, epsilon: float) -> tuple[MergeResult, Nest, N
     es_vars.append(v_es)
     weights.append(w_es)
 
-  def _pack(leaves: list[tf.Tensor]) -> Nest:
+  def _pack(leaves: list[tf.Tensor]) -> nests.Nest:
     return tf.nest.pack_sequence_as(g_rp, leaves)
 
   result = MergeResult(
@@ -144,7 +147,7 @@ def _merge(g_rp: Nest, g_es: Nest, epsilon: float) -> tuple[MergeResult, Nest, N
 
 
 def merge_inverse_variance(
-  g_rp: Nest, g_es: Nest, epsilon: float = VARIANCE_EPSILON
+  g_rp: nests.Nest, g_es: nests.Nest, epsilon: float = VARIANCE_EPSILON
 ) -> MergeResult:
   """Merges N samples of g_rp and g_es per coordinate by inverse variance weighting (eq. 1).
 
@@ -175,8 +178,8 @@ def merge_inverse_variance(
 
 
 def combine(
-  g_rp: Nest, g_es: Nest, estimator: str, epsilon: float = VARIANCE_EPSILON
-) -> tuple[Nest, MergeResult]:
+  g_rp: nests.Nest, g_es: nests.Nest, estimator: str, epsilon: float = VARIANCE_EPSILON
+) -> tuple[nests.Nest, MergeResult]:
   """The outer gradient of one of `ESTIMATORS` from N stacked samples (Sec. 3, Fig. 8).
 
   "merged": g_merged of eq. 1; "rp": mean(g_rp) (Fig. 8 "Gradients"); "es": mean(g_es) (Fig. 8
@@ -214,7 +217,9 @@ def _all_finite_per_sample(samples: tf.Tensor) -> tf.Tensor:
   return tf.reduce_all(tf.math.is_finite(rows), axis=1)
 
 
-def finite_mask(g_rp: Nest, g_es: Nest, loss_plus: tf.Tensor, loss_minus: tf.Tensor) -> tf.Tensor:
+def finite_mask(
+  g_rp: nests.Nest, g_es: nests.Nest, loss_plus: tf.Tensor, loss_minus: tf.Tensor
+) -> tf.Tensor:
   """Which of N samples are entirely finite, for the chief to keep (App. C).
 
   mask[i] = all(isfinite(g_rp[i])) and all(isfinite(g_es[i])) and isfinite(L+[i]) and
@@ -235,7 +240,7 @@ def finite_mask(g_rp: Nest, g_es: Nest, loss_plus: tf.Tensor, loss_minus: tf.Ten
   return mask
 
 
-def clip_by_value(nest: Nest, limit: float | None) -> Nest:
+def clip_by_value(nest: nests.Nest, limit: float | None) -> nests.Nest:
   """Clips every coordinate to [-limit, limit], as the authors' code does before Adam.
 
   g <- min(max(g, -limit), limit); the authors' code uses limit = 0.1. The paper does not clip.

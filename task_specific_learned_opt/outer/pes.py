@@ -33,27 +33,26 @@ sigma^2).
     g_pes = gradient(loss_plus, loss_minus, state.perturbation_sum, sigma)
   on an inner-run reset: state = initial_state(theta)
 
-truncated_unroll.pes_truncation_sample does one such truncation; distributed/worker.py runs it
+antithetic.pes_truncation_sample does one such truncation; distributed/worker_step.py runs it
 when the chief's estimator is "pes" or "pes_merged" (docs/pes.md).
 """
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import tensorflow as tf
 
+from task_specific_learned_opt import nests
 from task_specific_learned_opt.outer import estimators
-
-Nest = Any
 
 
 class Accumulator(NamedTuple):
   """The sum xi of the perturbations drawn since the inner run started, and how many."""
 
-  perturbation_sum: Nest  # Like theta.
+  perturbation_sum: nests.Nest  # Like theta.
   num_truncations: int | tf.Tensor
 
 
-def initial_state(theta: Nest) -> Accumulator:
+def initial_state(theta: nests.Nest) -> Accumulator:
   """xi = 0 (in theta's structure and shapes) at the start of an inner run.
 
   Args:
@@ -65,7 +64,7 @@ def initial_state(theta: Nest) -> Accumulator:
   return Accumulator(tf.nest.map_structure(tf.zeros_like, theta), 0)
 
 
-def accumulate(accumulator: Accumulator, perturbation: Nest) -> Accumulator:
+def accumulate(accumulator: Accumulator, perturbation: nests.Nest) -> Accumulator:
   """xi_k = xi_{k-1} + e_k: adds this truncation's perturbation to the running sum.
 
   Args:
@@ -80,8 +79,11 @@ def accumulate(accumulator: Accumulator, perturbation: Nest) -> Accumulator:
 
 
 def gradient(
-  loss_plus: tf.Tensor, loss_minus: tf.Tensor, perturbation_sum: Nest, sigma: float | tf.Tensor
-) -> Nest:
+  loss_plus: tf.Tensor,
+  loss_minus: tf.Tensor,
+  perturbation_sum: nests.Nest,
+  sigma: float | tf.Tensor,
+) -> nests.Nest:
   """g_pes = (L+ - L-) / (2 sigma^2) * xi, the antithetic ES formula applied to the sum xi.
 
   Args:

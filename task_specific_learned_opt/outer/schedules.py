@@ -22,7 +22,7 @@ import abc
 import gin
 import numpy as np
 
-from task_specific_learned_opt import seeds
+from task_specific_learned_opt import random_seeds
 
 MIN_LENGTH = 50  # Sec. 4.3: the first truncations unroll 50 steps.
 MAX_LENGTH = 10000  # Sec. 4.3: the last ones 10,000, the whole inner-training horizon.
@@ -109,7 +109,7 @@ def cap(length: float, steps_left: int) -> int:
   return max(1, min(int(round(length)), int(steps_left)))
 
 
-def truncation_uniform(seed: seeds.SeedLike) -> float:
+def truncation_uniform(seed: random_seeds.SeedLike) -> float:
   """A uniform draw in [0, 1) that is a pure function of `seed`.
 
   The worker draws its jitter from the truncation's seed, so the truncation length K is
@@ -121,7 +121,7 @@ def truncation_uniform(seed: seeds.SeedLike) -> float:
   Returns:
     A Python float in [0, 1).
   """
-  return float(np.random.default_rng(seeds.to_numpy_seed(seed)).random())
+  return float(np.random.default_rng(random_seeds.to_numpy_seed(seed)).random())
 
 
 class TruncationSchedule(abc.ABC):

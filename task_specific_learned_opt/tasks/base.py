@@ -22,10 +22,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from task_specific_learned_opt import seeds as seeds_lib
-
-Params = Any  # A nest (dicts) of float32 tensors.
-Batch = Any  # A nest of tensors, e.g. {"image": [B, H, W, C], "label": [B]}.
+from task_specific_learned_opt import nests, random_seeds
 
 SPLITS = ("train", "valid", "test")
 
@@ -36,15 +33,15 @@ class Task(abc.ABC):
   name: str = "task"
 
   @abc.abstractmethod
-  def init_params(self, seed: seeds_lib.SeedLike) -> Params:
+  def init_params(self, seed: random_seeds.SeedLike) -> nests.Params:
     """Initial parameters, a nest of float32 tensors, from a stateless seed."""
 
   @abc.abstractmethod
-  def loss(self, params: Params, batch: Batch) -> tf.Tensor:
+  def loss(self, params: nests.Params, batch: nests.Batch) -> tf.Tensor:
     """Scalar loss of `params` on `batch`."""
 
   @abc.abstractmethod
-  def batch(self, split: str, seed: seeds_lib.SeedLike) -> Batch:
+  def batch(self, split: str, seed: random_seeds.SeedLike) -> nests.Batch:
     """A batch of `split` ("train", "valid" or "test"), drawn statelessly from `seed`."""
 
   @property
@@ -64,7 +61,7 @@ class TaskFamily(abc.ABC):
   name: str = "family"
 
   @abc.abstractmethod
-  def sample(self, seed: seeds_lib.SeedLike) -> Task:
+  def sample(self, seed: random_seeds.SeedLike) -> Task:
     """A task sampled with a (numpy-convertible) seed; the same seed gives the same task."""
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import gin
 import numpy as np
 
-from task_specific_learned_opt import seeds as seeds_lib
+from task_specific_learned_opt import random_seeds
 from task_specific_learned_opt.tasks import base, class_source, image_task, networks
 
 OUTER_TRAIN_FRACTION = 0.7  # Paper Sec. 4.2: 700 of ImageNet's 1000 classes.
@@ -77,9 +77,9 @@ class ClassSubsetFamily(base.TaskFamily):
     self.batch_size = int(batch_size)
     self.name = f"{source.name}_{class_split}_{self.model.name}"
 
-  def sample_classes(self, seed: seeds_lib.SeedLike) -> np.ndarray:
+  def sample_classes(self, seed: random_seeds.SeedLike) -> np.ndarray:
     """The class ids of the task with this seed, in label order."""
-    rng = np.random.default_rng(seeds_lib.to_numpy_seed(seed))
+    rng = np.random.default_rng(random_seeds.to_numpy_seed(seed))
     return rng.choice(self.class_ids, size=self.num_classes_per_task, replace=False)
 
   def task_for_classes(self, classes: Sequence[int] | np.ndarray) -> image_task.ImageTask:
@@ -107,6 +107,6 @@ class ClassSubsetFamily(base.TaskFamily):
       name=f"{self.name}[{','.join(str(int(c)) for c in classes)}]",
     )
 
-  def sample(self, seed: seeds_lib.SeedLike) -> image_task.ImageTask:
+  def sample(self, seed: random_seeds.SeedLike) -> image_task.ImageTask:
     """The task of the classes sample_classes(seed) draws."""
     return self.task_for_classes(self.sample_classes(seed))

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from task_specific_learned_opt import seeds as seeds_lib
+from task_specific_learned_opt import random_seeds
 from task_specific_learned_opt.tasks import base, networks
 
 DEFAULT_BATCH_SIZE = 128
@@ -38,9 +38,9 @@ class Classifier(base.Task):
   Subclasses set `model` and `image_shape` ([H, W, C]) and say where batches come from.
   """
 
-  def init_params(self, seed: seeds_lib.SeedLike) -> dict:
+  def init_params(self, seed: random_seeds.SeedLike) -> dict:
     """`self.model`'s initial parameters for inputs of `image_shape`."""
-    return self.model.init(seeds_lib.as_seed(seed), self.image_shape)
+    return self.model.init(random_seeds.as_seed(seed), self.image_shape)
 
   def loss(self, params: dict, batch: dict) -> tf.Tensor:
     """Mean softmax cross-entropy of the logits of batch["image"] against batch["label"]."""
@@ -97,7 +97,7 @@ class ImageTask(Classifier):
     task.splits = {k: LabelledImages(*v) for k, v in data.items()}
     return task
 
-  def batch(self, split: str, seed: seeds_lib.SeedLike) -> dict:
+  def batch(self, split: str, seed: random_seeds.SeedLike) -> dict:
     """`batch_size` examples of `split` drawn with replacement, the indices from `seed`.
 
     Returns:
@@ -110,7 +110,7 @@ class ImageTask(Classifier):
     data = self.splits[split]
     size = tf.shape(data.labels, out_type=tf.int32)[0]
     indices = tf.random.stateless_uniform(
-      [self.batch_size], seeds_lib.as_seed(seed), minval=0, maxval=size, dtype=tf.int32
+      [self.batch_size], random_seeds.as_seed(seed), minval=0, maxval=size, dtype=tf.int32
     )
     return {
       "image": to_float(tf.gather(data.images, indices)),

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import gin
 import tensorflow as tf
 
-from task_specific_learned_opt import seeds as seeds_lib
+from task_specific_learned_opt import random_seeds
 
 BATCH_NORM_EPSILON = 1e-5
 
@@ -44,7 +44,7 @@ class Model:
 
   name = "model"
 
-  def init(self, seed: seeds_lib.SeedLike, input_shape: Sequence[int]) -> dict:
+  def init(self, seed: random_seeds.SeedLike, input_shape: Sequence[int]) -> dict:
     """The initial parameters, a nest of float32 tensors, drawn statelessly from `seed`.
 
     Args:
@@ -91,9 +91,9 @@ class ConvNet(Model):
     self.num_classes = int(num_classes)
     self.name = f"conv{len(self.channels)}x{self.channels[0]}" + ("_bn" if batch_norm else "")
 
-  def init(self, seed: seeds_lib.SeedLike, input_shape: Sequence[int]) -> dict:
+  def init(self, seed: random_seeds.SeedLike, input_shape: Sequence[int]) -> dict:
     """Glorot-uniform kernels and zero biases (batch norm: scale 1, offset 0) per layer."""
-    layer_seeds = seeds_lib.split(seed, len(self.channels) + 1)
+    layer_seeds = random_seeds.split(seed, len(self.channels) + 1)
     params = {}
     in_channels = int(input_shape[-1])
     k = self.kernel_size
@@ -139,10 +139,10 @@ class MLP(Model):
     self.num_classes = int(num_classes)
     self.name = "mlp" + "x".join(str(h) for h in self.hidden_sizes)
 
-  def init(self, seed: seeds_lib.SeedLike, input_shape: Sequence[int]) -> dict:
+  def init(self, seed: random_seeds.SeedLike, input_shape: Sequence[int]) -> dict:
     """Glorot-uniform weights and zero biases per layer; the first reads the flattened input."""
     sizes = [int(tf.reduce_prod(input_shape))] + list(self.hidden_sizes) + [self.num_classes]
-    layer_seeds = seeds_lib.split(seed, len(sizes) - 1)
+    layer_seeds = random_seeds.split(seed, len(sizes) - 1)
     return {
       f"layer{i}": _linear_params(layer_seeds[i], sizes[i], sizes[i + 1])
       for i in range(len(sizes) - 1)

@@ -11,7 +11,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-from task_specific_learned_opt import seeds as seeds_lib
+from task_specific_learned_opt import random_seeds
 from task_specific_learned_opt.tasks import base
 
 
@@ -42,7 +42,7 @@ class QuadraticTask(base.Task):
     self.curvatures = tf.constant(
       np.logspace(np.log10(min_curvature), np.log10(max_curvature), self.dim), tf.float32
     )
-    self.center = tf.random.stateless_normal([self.dim], seeds_lib.as_seed([17, seed]))
+    self.center = tf.random.stateless_normal([self.dim], random_seeds.as_seed([17, seed]))
     self.noise_std = float(noise_std)
     self.init_std = float(init_std)
     self.name = f"quadratic{self.dim}"
@@ -58,23 +58,23 @@ class QuadraticTask(base.Task):
     task.curvatures, task.center = data["curvatures"], data["center"]
     return task
 
-  def init_params(self, seed: seeds_lib.SeedLike) -> dict:
+  def init_params(self, seed: random_seeds.SeedLike) -> dict:
     """{"w": init_std * N(0, I) [dim]}, drawn statelessly from `seed`."""
-    return {"w": self.init_std * tf.random.stateless_normal([self.dim], seeds_lib.as_seed(seed))}
+    return {"w": self.init_std * tf.random.stateless_normal([self.dim], random_seeds.as_seed(seed))}
 
   def loss(self, params: dict, batch: dict) -> tf.Tensor:
     """1/2 * sum_i a_i * (w_i - c_i - n_i)^2 with n = batch["noise"]."""
     diff = params["w"] - self.center - batch["noise"]
     return 0.5 * tf.reduce_sum(self.curvatures * tf.square(diff))
 
-  def batch(self, split: str, seed: seeds_lib.SeedLike) -> dict:
+  def batch(self, split: str, seed: random_seeds.SeedLike) -> dict:
     """{"noise": noise_std * N(0, I) [dim]} from `seed` (every split draws alike).
 
     Raises:
       ValueError: an unknown split.
     """
     base.check_split(split)
-    noise = tf.random.stateless_normal([self.dim], seeds_lib.as_seed(seed))
+    noise = tf.random.stateless_normal([self.dim], random_seeds.as_seed(seed))
     return {"noise": self.noise_std * noise}
 
 
@@ -107,9 +107,9 @@ class QuadraticFamily(base.TaskFamily):
     self.max_curvature = max_curvature
     self.name = f"quadratic{dim}"
 
-  def sample(self, seed: seeds_lib.SeedLike) -> QuadraticTask:
+  def sample(self, seed: random_seeds.SeedLike) -> QuadraticTask:
     """The quadratic whose centre is drawn from a task seed that `seed` picks."""
-    task_seed = int(np.random.default_rng(seeds_lib.to_numpy_seed(seed)).integers(2**31))
+    task_seed = int(np.random.default_rng(random_seeds.to_numpy_seed(seed)).integers(2**31))
     return QuadraticTask(
       dim=self.dim,
       seed=task_seed,

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import gin
 import tensorflow as tf
 
-from task_specific_learned_opt import seeds as seeds_lib
+from task_specific_learned_opt import random_seeds
 from task_specific_learned_opt.tasks import base, image_task, networks
 
 
@@ -45,11 +45,11 @@ class RandomDataTask(image_task.Classifier):
     self.batch_size = int(batch_size)
     self.name = f"random_data_{getattr(model, 'name', 'model')}"
 
-  def batch(self, split: str, seed: seeds_lib.SeedLike) -> dict:
+  def batch(self, split: str, seed: random_seeds.SeedLike) -> dict:
     """A batch drawn from `seed` and the split: {"image": float32, "label": int32}."""
     base.check_split(split)
     image_seed, label_seed = tf.unstack(
-      seeds_lib.split(seeds_lib.fold_in(seed, base.SPLITS.index(split)), 2)
+      random_seeds.split(random_seeds.fold_in(seed, base.SPLITS.index(split)), 2)
     )
     shape = (self.batch_size,) + self.image_shape
     return {

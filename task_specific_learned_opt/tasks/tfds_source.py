@@ -7,23 +7,22 @@ TfdsClassSource serves those images by class from a prepared TFDS dataset:
   source = TfdsClassSource("imagenet_resized/32x32", cache_dir="/data/class_index")
   images = source.images("train", 17)          # uint8 [n, 32, 32, 3], TFDS read order
 
-On first use of a source split the split is indexed once: a labels-only pass (images not decoded)
-counts the examples of each class, and a second pass writes each decoded image into its class's slot
-of one uint8 array sorted by class, with int64 offsets [num_classes + 1] (class c is
-images[offsets[c]:offsets[c + 1]]). With a cache_dir the two arrays are .npy files written through a
-memory map and read back memory-mapped, so ImageNet's 3.9 GB train split is never held in memory.
+On first use of a source split the split is indexed once (`class_index`): a labels-only pass
+(images not decoded) counts the examples of each class, and a second pass writes each decoded image
+into its class's slot of one uint8 array sorted by class. With a cache_dir the index is .npy files
+written through a memory map and read back memory-mapped, so ImageNet's 3.9 GB train split is never
+held in memory.
 
 Nothing here downloads: an unprepared dataset raises DatasetNotPreparedError at construction, with
 the command that prepares it. A prepared dataset whose files are damaged (truncated, corrupted or
-missing) raises DatasetDamagedError when it is read, naming the file and how to prepare it again.
+missing) raises DatasetDamagedError when it is read, naming the file and how to prepare it again
+(the messages are `tfds_preparation`'s).
 """
 
 import dataclasses
 import operator
 import os
-import tempfile
 import time
-from typing import NamedTuple
 
 import gin
 import numpy as np
@@ -31,7 +30,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from absl import logging
 
-from task_specific_learned_opt.tasks import class_source
+from task_specific_learned_opt import errors
+from task_specific_learned_opt.tasks import class_index, class_source, tfds_preparation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,112 +72,20 @@ DATASETS = {
   ),
 }
 
-_IMAGES_FILE = "images.npy"
-_OFFSETS_FILE = "offsets.npy"
 _BATCH_SIZE = 1024
 _LOG_EVERY_SECONDS = 30.0
 
 
-class DatasetNotPreparedError(FileNotFoundError):
+class DatasetNotPreparedError(errors.UserError, FileNotFoundError):
   """The TFDS dataset has not been downloaded and prepared in the data dir."""
 
 
-class DatasetDamagedError(OSError):
+class DatasetDamagedError(errors.UserError, OSError):
   """A file of a prepared TFDS dataset is truncated, corrupted or missing."""
 
 
 # What TensorFlow raises when it reads a damaged or missing TFRecord file.
 _DAMAGE_ERRORS = (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.InvalidArgumentError)
-
-
-class _ClassIndex(NamedTuple):
-  """uint8 images [n, H, W, C] sorted by class, and int64 offsets [num_classes + 1]."""
-
-  images: np.ndarray
-  offsets: np.ndarray
-
-
-def prepare_command(dataset: str, data_dir: str) -> str:
-  """The shell command that downloads and prepares `dataset` into `data_dir`.
-
-  `tfds build` and `tensorflow_datasets.scripts.download_and_prepare` both import apache_beam at
-  start-up, which these datasets do not otherwise need, so the command calls the builder directly.
-
-  Args:
-    dataset: a TFDS name, e.g. "cifar100" or "imagenet_resized/32x32".
-    data_dir: the TFDS data dir to prepare it in.
-
-  Returns:
-    A one-line `python -c ...` command.
-  """
-  return (
-    f'python -c "import tensorflow_datasets as tfds; '
-    f'tfds.builder({dataset!r}, data_dir={data_dir!r}).download_and_prepare()"'
-  )
-
-
-def _not_prepared_message(dataset: str, builder: tfds.core.DatasetBuilder) -> str:
-  data_dir = os.fspath(builder.data_dir_root)
-  lines = [
-    f"TFDS dataset {dataset!r} is not prepared: no data in {builder.data_dir} "
-    f"(searched data dir {data_dir}). This code never downloads. Prepare it once with:",
-    f"  {prepare_command(dataset, data_dir)}",
-  ]
-  manual_files = DATASETS[dataset].manual_files
-  if manual_files:
-    manual_dir = os.path.join(data_dir, "downloads", "manual")
-    lines.append(
-      f"{dataset} needs the ImageNet files {', '.join(manual_files)}: TFDS fetches them from "
-      "image-net.org, which requires an ImageNet account, and its builder has no manual download "
-      "instructions. Download them by hand (image-net.org, downsampled ImageNet 32x32) and put "
-      f"them in {manual_dir}/ before running the command; TFDS uses files found there instead "
-      "of downloading."
-    )
-  return "\n".join(lines)
-
-
-def _damage(path: str) -> str | None:
-  """What is wrong with one TFRecord file of a dataset (None: it reads to the end)."""
-  if not tf.io.gfile.exists(path):
-    return "missing"
-  try:
-    for _ in tf.data.TFRecordDataset(path):
-      pass
-  except tf.errors.DataLossError as e:
-    message = " ".join(str(e).split())
-    if "truncated" in message:
-      return "truncated (a record ends past the end of the file)"
-    if "corrupted" in message or "checksum" in message.lower():
-      return "corrupted (a record's checksum does not match its bytes)"
-    return f"unreadable ({message[:200]})"
-  return None
-
-
-def class_offsets(counts: np.ndarray) -> np.ndarray:
-  """Start of each class in the class-sorted array: [0, c0, c0 + c1, ..., n], int64."""
-  return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-
-
-def class_slots(labels: np.ndarray, offsets: np.ndarray, filled: np.ndarray) -> np.ndarray:
-  """Rows of the class-sorted array for a batch of examples in read order.
-
-  The k-th example of class c in the batch goes to row offsets[c] + filled[c] + k, so the read
-  order is kept within each class.
-
-  Args:
-    labels: int labels [b] of the batch, in read order.
-    offsets: int64 [num_classes + 1], see class_offsets.
-    filled: int64 [num_classes], examples of each class already written.
-
-  Returns:
-    int64 rows [b].
-  """
-  order = np.argsort(labels, kind="stable")
-  sorted_labels = labels[order]
-  rank = np.arange(len(labels)) - np.searchsorted(sorted_labels, sorted_labels, side="left")
-  slots = np.empty(len(labels), np.int64)
-  slots[order] = offsets[sorted_labels] + filled[sorted_labels] + rank
-  return slots
 
 
 def _resize(images: tf.Tensor, image_size: int) -> tf.Tensor:
@@ -297,21 +205,10 @@ class TfdsClassSource(class_source.ClassSource):
   def _damaged(self, split: str, error: Exception) -> DatasetDamagedError:
     """The one-line error for a read of `split` that failed with `error`."""
     builder = self._builder_or_make()
-    tfds_split = self._spec.splits[split]
-    try:
-      paths = [os.fspath(p) for p in builder.info.splits[tfds_split].filepaths]
-    except Exception:  # noqa: BLE001 - the dataset info itself may be what is damaged.
-      paths = []
-    found = [(path, what) for path in paths if (what := _damage(path)) is not None][:1]
-    if found:
-      what = f"{found[0][0]} is {found[0][1]}"
-    else:
-      what = f"reading it failed: {' '.join(str(error).split())[:200]}"
-    return DatasetDamagedError(
-      f"TFDS dataset {self.dataset!r} ({tfds_split} split) is damaged: {what}. Delete the "
-      f"prepared version ({builder.data_dir}) and prepare it again: "
-      f"{prepare_command(self.dataset, os.fspath(builder.data_dir_root))}"
+    message = tfds_preparation.damaged_message(
+      self.dataset, builder, self._spec.splits[split], error
     )
+    return DatasetDamagedError(message)
 
   def _check_prepared(self, split: str) -> None:
     # is_prepared() is False under tfds.testing.mock_data although reads work there, so the
@@ -319,9 +216,10 @@ class TfdsClassSource(class_source.ClassSource):
     try:
       self._read(split)
     except AssertionError as e:
-      raise DatasetNotPreparedError(
-        _not_prepared_message(self.dataset, self._builder_or_make())
-      ) from e
+      message = tfds_preparation.not_prepared_message(
+        self.dataset, self._builder_or_make(), self._spec.manual_files
+      )
+      raise DatasetNotPreparedError(message) from e
 
   def _cache_path(self, split: str) -> str | None:
     if self._cache_dir is None:
@@ -329,23 +227,11 @@ class TfdsClassSource(class_source.ClassSource):
     leaf = split if self._image_size is None else f"{split}_{self._image_size}"
     return os.path.join(self._cache_dir, self.dataset.replace("/", "_"), leaf)
 
-  def _cached_index(self, split: str) -> _ClassIndex | None:
+  def _cached_index(self, split: str) -> class_index.ClassIndex | None:
     path = self._cache_path(split)
-    # offsets.npy is renamed into place last, so its presence means the build completed.
-    if path is None or not os.path.exists(os.path.join(path, _OFFSETS_FILE)):
+    if path is None:
       return None
-    images = np.load(os.path.join(path, _IMAGES_FILE), mmap_mode="r")
-    offsets = np.load(os.path.join(path, _OFFSETS_FILE))
-    if (
-      images.shape[1:] != self.image_shape
-      or offsets.shape != (self.num_classes + 1,)
-      or offsets[-1] != images.shape[0]
-    ):
-      raise ValueError(
-        f"The cache in {path} does not match {self.name} (images {images.shape}, offsets "
-        f"{offsets.shape} ending at {offsets[-1]}); delete it to rebuild."
-      )
-    return _ClassIndex(images, offsets)
+    return class_index.read_cache(path, self.image_shape, self.num_classes, self.name)
 
   def _count_labels(self, split: str) -> np.ndarray:
     label_key = self._spec.label_key
@@ -381,7 +267,7 @@ class TfdsClassSource(class_source.ClassSource):
         batch_counts = np.bincount(labels, minlength=self.num_classes)
         if np.any(filled + batch_counts > np.diff(offsets)):
           raise ValueError(f"{self.dataset} {split} changed between the two indexing passes.")
-        out[class_slots(labels, offsets, filled)] = images
+        out[class_index.class_slots(labels, offsets, filled)] = images
         filled += batch_counts
         progress.update(len(labels))
     except _DAMAGE_ERRORS as e:
@@ -390,37 +276,15 @@ class TfdsClassSource(class_source.ClassSource):
     if not np.array_equal(filled, np.diff(offsets)):
       raise ValueError(f"{self.dataset} {split} changed between the two indexing passes.")
 
-  def _build_index(self, split: str) -> _ClassIndex:
-    offsets = class_offsets(self._count_labels(split))
-    shape = (int(offsets[-1]), *self.image_shape)
+  def _build_index(self, split: str) -> class_index.ClassIndex:
+    offsets = class_index.class_offsets(self._count_labels(split))
     path = self._cache_path(split)
     if path is None:
-      images = np.empty(shape, np.uint8)
+      images = np.empty((int(offsets[-1]), *self.image_shape), np.uint8)
       self._fill(split, images, offsets)
-      return _ClassIndex(images, offsets)
-    os.makedirs(path, exist_ok=True)
-    # Unique temporary names: concurrent builders of the same cache never share a file, and an
-    # interrupted build leaves only *.tmp files behind.
-    tmp_images = _temp_name(path, _IMAGES_FILE)
-    tmp_offsets = _temp_name(path, _OFFSETS_FILE)
-    try:
-      images = np.lib.format.open_memmap(tmp_images, mode="w+", dtype=np.uint8, shape=shape)
-      self._fill(split, images, offsets)
-      images.flush()
-      del images
-      with open(tmp_offsets, "wb") as f:
-        np.save(f, offsets)
-      os.replace(tmp_images, os.path.join(path, _IMAGES_FILE))
-      os.replace(tmp_offsets, os.path.join(path, _OFFSETS_FILE))
-    finally:
-      for tmp in (tmp_images, tmp_offsets):
-        if os.path.exists(tmp):
-          os.remove(tmp)
+      return class_index.ClassIndex(images, offsets)
+    class_index.write_cache(
+      path, offsets, self.image_shape, lambda images: self._fill(split, images, offsets)
+    )
     logging.info("Wrote the class index of %s %s to %s.", self.dataset, split, path)
     return self._cached_index(split)
-
-
-def _temp_name(directory: str, final_name: str) -> str:
-  fd, name = tempfile.mkstemp(prefix=f"{final_name}.", suffix=".tmp", dir=directory)
-  os.close(fd)
-  return name

@@ -17,7 +17,7 @@ import math
 import gin
 import tensorflow as tf
 
-from task_specific_learned_opt import seeds as seeds_lib
+from task_specific_learned_opt import random_seeds
 from task_specific_learned_opt.tasks import base
 
 W0 = -1.2  # Sec. 2.3: w^(0) = -1.2.
@@ -50,7 +50,7 @@ class TwoMinimumTask(base.Task):
     self.w0 = float(w0)
     self.name = "two_minimum"
 
-  def init_params(self, seed: seeds_lib.SeedLike) -> dict:
+  def init_params(self, seed: random_seeds.SeedLike) -> dict:
     """{"w": [num_copies]} all equal to w0; the seed is not used (the start is fixed)."""
     del seed
     return {"w": tf.fill([self.num_copies], tf.constant(self.w0, tf.float32))}
@@ -60,7 +60,7 @@ class TwoMinimumTask(base.Task):
     del batch
     return tf.reduce_sum(toy_loss(params["w"]))
 
-  def batch(self, split: str, seed: seeds_lib.SeedLike) -> dict:
+  def batch(self, split: str, seed: random_seeds.SeedLike) -> dict:
     """An empty batch: the loss is deterministic.
 
     Raises:

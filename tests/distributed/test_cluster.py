@@ -21,9 +21,14 @@ import tensorflow as tf
 import testing_utils
 
 from task_specific_learned_opt import checkpoints
-from task_specific_learned_opt.distributed import cluster, launch, outer_training, tf_runtime
-from task_specific_learned_opt.distributed import evaluator as evaluator_lib
-from task_specific_learned_opt.distributed import train_dir as train_dir_lib
+from task_specific_learned_opt.distributed import (
+  cluster,
+  evaluator_role,
+  launch,
+  outer_training,
+  progress,
+  tf_runtime,
+)
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.tasks import quadratic
 
@@ -70,7 +75,7 @@ SMOKE = [
   # The quickstart's machinery on quadratic tasks, which compile in a moment.
   "outer_training.family = @QuadraticFamily()",
   "QuadraticFamily.dim = 4",
-  "Chief.batch_size = 4",
+  "outer_training.batch_size = 4",
   "Worker.horizon = 30",
   "LinearCurriculum.min_length = 3",
   "LinearCurriculum.max_length = 5",
@@ -123,11 +128,7 @@ class Cluster:
       return f.read()
 
   def records(self):
-    path = os.path.join(self.train_dir, train_dir_lib.PROGRESS_FILENAME)
-    if not os.path.exists(path):
-      return []
-    with open(path) as f:
-      return [json.loads(line) for line in f if line.strip()]
+    return progress.read_records(self.train_dir)
 
   def wait_for_step(self, step, timeout=180):
     deadline = time.time() + timeout
@@ -295,14 +296,13 @@ def test_launch_local_runs_a_chief_and_workers_to_the_end(request, tmp_path):
   done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
   assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
   assert "Started a chief" in done.stderr and "and an evaluator" in done.stderr
-  with open(train_dir / train_dir_lib.PROGRESS_FILENAME) as f:
-    assert [json.loads(line)["outer_step"] for line in f] == [1, 2, 3]
+  assert [r["outer_step"] for r in progress.read_records(str(train_dir))] == [1, 2, 3]
   logs = sorted(os.listdir(train_dir / "logs"))
   assert logs == ["chief.log", "evaluator.log", "worker0.log", "worker1.log"]
   for name in ("worker0", "worker1"):
     assert "The chief has finished" in (train_dir / "logs" / f"{name}.log").read_text()
   # The evaluator evaluated every snapshot (steps 0, 2 and the last, 3), then left on its own.
-  with open(train_dir / evaluator_lib.PROGRESS_FILENAME) as f:
+  with open(train_dir / evaluator_role.PROGRESS_FILENAME) as f:
     assert [json.loads(line)["outer_step"] for line in f] == [0, 2, 3]
   log = (train_dir / "logs" / "evaluator.log").read_text()
   assert "every snapshot is evaluated" in log and "Traceback" not in log
@@ -315,9 +315,9 @@ def test_launch_local_runs_a_chief_and_workers_to_the_end(request, tmp_path):
 @pytest.mark.parametrize(
   "estimator, persistent", [(None, False), ("es", False), ("pes", True), ("pes_merged", True)]
 )
-def test_a_worker_task_runs_pes_when_the_chiefs_estimator_says_so(estimator, persistent):
+def test_a_worker_task_runs_pes_when_the_experiments_estimator_says_so(estimator, persistent):
   if estimator is not None:
-    gin.bind_parameter("Chief.estimator", estimator)
+    gin.bind_parameter("outer_training.estimator", estimator)
   lopt = mlp_lopt.MLPLOpt()
   setup = outer_training.outer_training(family=quadratic.QuadraticFamily(dim=4), lopt=lopt)
   worker = cluster.make_worker(setup, index=1, worker_run=5)
@@ -326,5 +326,5 @@ def test_a_worker_task_runs_pes_when_the_chiefs_estimator_says_so(estimator, per
   # fingerprint both roles compare.
   template = tf.nest.map_structure(np.asarray, lopt.init(0))
   mine = tf_runtime.fingerprint(template)
-  gin.bind_parameter("Chief.estimator", "merged" if persistent else "pes")
+  gin.bind_parameter("outer_training.estimator", "merged" if persistent else "pes")
   assert tf_runtime.mismatch_message(tf_runtime.fingerprint(template), mine) is not None

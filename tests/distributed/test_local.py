@@ -15,18 +15,29 @@ import tensorflow as tf
 import testing_utils
 from absl import flags
 
-from task_specific_learned_opt import checkpoints, configurables, gin_config  # noqa: F401
-from task_specific_learned_opt.distributed import base, in_process, local, loops, outer_training
+from task_specific_learned_opt import (
+  checkpoints,  # noqa: F401
+  gin_config,  # noqa: F401
+  nests,
+)
+from task_specific_learned_opt.cli import configurables  # noqa: F401
+from task_specific_learned_opt.distributed import (
+  in_process,
+  local,
+  loops,
+  outer_training,
+  progress,
+  worker_step,
+)
 from task_specific_learned_opt.distributed import train_dir as train_dir_lib
-from task_specific_learned_opt.distributed import worker as worker_lib
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.outer import schedules
 from task_specific_learned_opt.tasks import quadratic
 
 
 def _bind_small(estimator="merged"):
-  gin.bind_parameter("Chief.batch_size", 3)
-  gin.bind_parameter("Chief.estimator", estimator)
+  gin.bind_parameter("outer_training.batch_size", 3)
+  gin.bind_parameter("outer_training.estimator", estimator)
   # 4 truncations per inner run: a checkpoint after 2 outer steps (3 samples per worker) falls
   # inside the workers' inner runs, and 4 steps cross a reset.
   gin.bind_parameter("Worker.horizon", 16)
@@ -52,8 +63,7 @@ def _theta(train_dir, lopt=None):
 
 
 def _records(train_dir):
-  with open(os.path.join(str(train_dir), train_dir_lib.PROGRESS_FILENAME)) as f:
-    return [json.loads(line) for line in f]
+  return progress.read_records(str(train_dir))
 
 
 @pytest.mark.integration
@@ -83,7 +93,7 @@ def test_a_resumed_run_continues_exactly(tmp_path, estimator):
 def _pes_loops(transport):
   return [
     loops.WorkerLoop(
-      worker_lib.Worker(
+      worker_step.Worker(
         FAMILY, LOPT, worker_id=i, schedule=schedules.FixedLength(4), horizon=16, persistent=True
       ),
       transport,
@@ -94,7 +104,7 @@ def _pes_loops(transport):
 
 def test_the_checkpointed_pes_workers_continue_exactly():
   transport = in_process.InProcessTransport()
-  transport.publish_theta(base.flatten(LOPT.init(0)), 0)
+  transport.publish_theta(nests.flatten_numpy(LOPT.init(0)), 0)
   running = local._WorkersState(_pes_loops(transport))
   for _ in range(5):  # Worker 0: 3 truncations, worker 1: 2; both inside their inner runs.
     running.next_worker()
@@ -117,13 +127,13 @@ def test_the_checkpointed_pes_workers_continue_exactly():
 
 def test_pes_quickstart_gin_trains_in_local_mode(tmp_path, monkeypatch):
   workers = []
-  step = worker_lib.Worker.step
+  step = worker_step.Worker.step
 
   def spied_step(self, *args):
     workers.append(self)
     return step(self, *args)
 
-  monkeypatch.setattr(worker_lib.Worker, "step", spied_step)
+  monkeypatch.setattr(worker_step.Worker, "step", spied_step)
   gin_config.parse(
     ["gin/pes_quickstart.gin"],
     [
@@ -132,7 +142,7 @@ def test_pes_quickstart_gin_trains_in_local_mode(tmp_path, monkeypatch):
       "QuadraticFamily.dim = 4",
       "train_local.num_workers = 2",
       "train_local.final_evaluation = None",
-      "Chief.batch_size = 2",
+      "outer_training.batch_size = 2",
       "Worker.horizon = 12",
       "LinearCurriculum.min_length = 2",
       "LinearCurriculum.max_length = 4",
@@ -142,7 +152,7 @@ def test_pes_quickstart_gin_trains_in_local_mode(tmp_path, monkeypatch):
   stats = local.train_local(str(tmp_path))
   assert stats["outer_step"] == 3 and np.isfinite(stats["outer_loss"])
   assert [r["outer_step"] for r in _records(tmp_path)] == [1, 2, 3]
-  assert "Chief.estimator = 'pes'" in open(tmp_path / "operative_config.gin").read()
+  assert "outer_training.estimator = 'pes'" in open(tmp_path / "operative_config.gin").read()
   assert workers and all(w.persistent for w in workers)
 
 
@@ -181,7 +191,7 @@ SMOKE = [
   "paper_cnn.strides = (2, 2)",
   "ClassSubsetFamily.batch_size = 8",
   "train_local.num_workers = 2",
-  "Chief.batch_size = 2",
+  "outer_training.batch_size = 2",
   "LinearCurriculum.min_length = 2",
   "LinearCurriculum.max_length = 4",
   # The final evaluation against tuned Adam, shrunk: 6 outer-test classes, 2 learning rates.
@@ -203,7 +213,7 @@ def test_bin_train_local_main(tmp_path, capsys):
   flags.FLAGS(argv)
   binary.main(argv[:1])
   assert [r["outer_step"] for r in _records(tmp_path)] == [1, 2]
-  assert "Chief.batch_size = 2" in open(tmp_path / "operative_config.gin").read()
+  assert "outer_training.batch_size = 2" in open(tmp_path / "operative_config.gin").read()
   assert os.path.exists(tmp_path / checkpoints.THETA_DIRNAME / checkpoints.THETA_INFO_FILENAME)
   # It ends with the comparison against learning-rate-tuned Adam on held-out tasks.
   output = capsys.readouterr().out
@@ -228,7 +238,7 @@ def _launch(train_dir, steps, extra=()):
     "--gin_bindings=outer_training.family = @QuadraticFamily()",
     "--gin_bindings=QuadraticFamily.dim = 4",
     "--gin_bindings=train_local.num_workers = 2",
-    "--gin_bindings=Chief.batch_size = 2",
+    "--gin_bindings=outer_training.batch_size = 2",
     *extra,
   ]
   return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -1,6 +1,5 @@
 """The loops every mode shares: the chief's sample filter, the chief loop and the worker loop."""
 
-import json
 import os
 import signal
 
@@ -9,14 +8,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from task_specific_learned_opt import checkpoints, stopping
+from task_specific_learned_opt import checkpoints, nests
 from task_specific_learned_opt.distributed import (
   base,
+  chief_files,
   in_process,
   loops,
   outer_training,
+  progress,
+  stopping,
   train_dir,
-  worker,
+  worker_step,
 )
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.outer import schedules
@@ -70,7 +72,7 @@ FAMILY, LOPT = quadratic.QuadraticFamily(dim=4), mlp_lopt.MLPLOpt()
 
 
 def _worker(worker_id=0):
-  return worker.Worker(
+  return worker_step.Worker(
     FAMILY,
     LOPT,
     worker_id=worker_id,
@@ -82,7 +84,7 @@ def test_the_worker_loop_puts_samples_at_the_published_theta_until_finished():
   transport = in_process.InProcessTransport(incarnation=9)
   w = _worker()
   theta = w.lopt.init(0)
-  transport.publish_theta(base.flatten(theta), 3)
+  transport.publish_theta(nests.flatten_numpy(theta), 3)
   loop = loops.WorkerLoop(w, transport, worker_run=42)
   assert loop.run(max_samples=3) == 3
   batch = transport.take_samples(3)
@@ -110,7 +112,7 @@ def test_a_lost_sample_keeps_its_index_for_the_next():
 
   transport = Lossy()
   w = _worker()
-  transport.publish_theta(base.flatten(w.lopt.init(0)), 0)
+  transport.publish_theta(nests.flatten_numpy(w.lopt.init(0)), 0)
   loop = loops.WorkerLoop(w, transport)
   assert loop.run(max_samples=2) == 2 and transport.calls == 3
   assert transport.take_samples(2).sample_index.tolist() == [0, 1]
@@ -118,7 +120,7 @@ def test_a_lost_sample_keeps_its_index_for_the_next():
 
 def test_flatten_and_unflatten_are_inverse():
   theta = mlp_lopt.MLPLOpt().init(0)
-  flat = base.flatten(theta)
+  flat = nests.flatten_numpy(theta)
   assert flat.shape == (mlp_lopt.num_meta_parameters(theta),) and flat.dtype == np.float32
   back = base.unflatten(flat, theta)
   for a, b in zip(tf.nest.flatten(theta), tf.nest.flatten(back), strict=True):
@@ -130,9 +132,10 @@ def test_flatten_and_unflatten_are_inverse():
 
 
 def _chief_run(tmp_path, steps, **kwargs):
+  gin.bind_parameter("outer_training.batch_size", 2)
   setup = outer_training.outer_training(family=FAMILY, lopt=LOPT, num_outer_steps=steps, **kwargs)
-  gin.bind_parameter("Chief.batch_size", 2)
-  files = train_dir.ChiefFiles(str(tmp_path), setup, "test")
+  chief = outer_training.make_chief(setup)
+  files = chief_files.ChiefFiles(str(tmp_path), chief, setup, "test")
   transport = in_process.InProcessTransport()
   worker_loop = loops.WorkerLoop(_worker(), transport)
   return files, transport, worker_loop
@@ -159,8 +162,7 @@ def test_sigterm_stops_the_chief_loop_between_steps_and_it_saves(tmp_path):
   assert files.chief.step == 2 and len(samples) == 5
   latest = tf.train.latest_checkpoint(os.path.join(str(tmp_path), checkpoints.CHECKPOINT_DIRNAME))
   assert latest.endswith("-2")  # ...and saved the last step.
-  with open(os.path.join(str(tmp_path), train_dir.PROGRESS_FILENAME)) as f:
-    assert [json.loads(line)["outer_step"] for line in f] == [1, 2]
+  assert [r["outer_step"] for r in progress.read_records(str(tmp_path))] == [1, 2]
 
 
 def test_a_failed_save_is_one_clear_error(tmp_path, monkeypatch):
@@ -179,8 +181,7 @@ def test_the_applied_samples_can_be_recorded_for_audits(tmp_path):
   files, transport, worker_loop = _chief_run(tmp_path, steps=2, record_samples=True)
   worker_loop.worker_run = 77
   loops.chief_loop(files, transport, transport.incarnation, worker_loop.step)
-  with open(os.path.join(str(tmp_path), train_dir.PROGRESS_FILENAME)) as f:
-    records = [json.loads(line) for line in f]
+  records = progress.read_records(str(tmp_path))
   # [worker, worker run, sample index, chief incarnation, theta version] of each applied sample.
   assert [r["samples"] for r in records] == [
     [[0, 77, 0, 1, 0], [0, 77, 1, 1, 0]],

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from task_specific_learned_opt import configurables  # noqa: F401 - registers the gin names.
+from task_specific_learned_opt.cli import configurables  # noqa: F401 - registers the gin names.
 from task_specific_learned_opt.distributed import base, tf_runtime
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 

@@ -9,8 +9,7 @@ import tensorflow as tf
 import testing_utils
 
 from task_specific_learned_opt import inner_training  # noqa: F401 - registers clip_loss.
-from task_specific_learned_opt.figures import exploding
-from task_specific_learned_opt.figures import toy as toy_figure
+from task_specific_learned_opt.figures import exploding, lr_closed_form, toy_unrolls
 from task_specific_learned_opt.tasks import quadratic
 
 
@@ -32,29 +31,18 @@ def test_one_step_worked_numbers(no_clip):
   # and d l(w1) / d lr = -<g1, g0> = -(3.6 + 6.3) = -9.9. By hand from
   # l(w1(lr)) = 1/2 ((2 - 2 lr)^2 + 3 (1 - 3 lr)^2): -2 (2 - 0.2) - 9 (1 - 0.3) = -9.9.
   hessian = np.diag([1.0, 3.0])
-  grads = exploding.gradient_descent_gradients(hessian, np.zeros(2), np.array([2.0, 1.0]), 0.1, 1)
+  grads = lr_closed_form.gradient_descent_gradients(
+    hessian, np.zeros(2), np.array([2.0, 1.0]), 0.1, 1
+  )
   np.testing.assert_allclose(grads, [[2.0, 3.0], [1.8, 2.1]])
-  assert exploding.closed_form_dloss_dtheta(grads, hessian, 0.1) == pytest.approx(-9.9)
-  np.testing.assert_allclose(exploding.closed_form_dw_dtheta(grads, hessian, 0.1), [-2.0, -3.0])
+  assert lr_closed_form.closed_form_dloss_dtheta(grads, hessian, 0.1) == pytest.approx(-9.9)
+  np.testing.assert_allclose(
+    lr_closed_form.closed_form_dw_dtheta(grads, hessian, 0.1), [-2.0, -3.0]
+  )
   task = _quadratic([1.0, 3.0], [0.0, 0.0])
   dloss, dw = exploding.make_derivative_fn(task, np.array([2.0, 1.0]), 1)(np.array([0.1]), 1)
   np.testing.assert_allclose(dloss, [-9.9], rtol=1e-6)
   np.testing.assert_allclose(dw, [[-2.0, -3.0]], rtol=1e-6)
-
-
-def test_two_steps_of_the_closed_form_by_hand():
-  # T = 2: d w2 / d lr = -((I - lr H) g0 + g1).
-  hessian = np.diag([1.0, 3.0])
-  grads = exploding.gradient_descent_gradients(hessian, np.zeros(2), np.array([2.0, 1.0]), 0.1, 2)
-  g0, g1, g2 = grads
-  np.testing.assert_allclose(g2, [1.62, 1.47])  # w2 = (1.62, 0.49).
-  expected = -((np.eye(2) - 0.1 * hessian) @ g0 + g1)  # -((1.8, 2.1) + (1.8, 2.1)).
-  # By hand: w2_i = (1 - lr a_i)^2 w0_i, d/d lr = -2 a_i (1 - lr a_i) w0_i = (-3.6, -4.2).
-  np.testing.assert_allclose(expected, [-3.6, -4.2])
-  np.testing.assert_allclose(exploding.closed_form_dw_dtheta(grads, hessian, 0.1), expected)
-  assert exploding.closed_form_dloss_dtheta(grads, hessian, 0.1) == pytest.approx(
-    1.62 * -3.6 + 1.47 * -4.2
-  )
 
 
 @pytest.mark.parametrize("center", [[0.0, 0.0, 0.0], [0.5, -1.0, 2.0]])
@@ -67,11 +55,11 @@ def test_backprop_matches_the_closed_form(no_clip, center):
   for steps in (1, 5, 20):
     dloss, dw = derivatives(thetas, steps)
     for k, theta in enumerate(thetas):
-      grads = exploding.gradient_descent_gradients(
+      grads = lr_closed_form.gradient_descent_gradients(
         np.diag(curvatures), np.array(center), w0, theta, steps
       )
-      expected = exploding.closed_form_dloss_dtheta(grads, np.diag(curvatures), theta)
-      expected_dw = exploding.closed_form_dw_dtheta(grads, np.diag(curvatures), theta)
+      expected = lr_closed_form.closed_form_dloss_dtheta(grads, np.diag(curvatures), theta)
+      expected_dw = lr_closed_form.closed_form_dw_dtheta(grads, np.diag(curvatures), theta)
       tolerance = 1e-3 if center[1] else 1e-4  # Non-zero centres cost float32 precision.
       assert dloss[k] == pytest.approx(expected, rel=tolerance, abs=1e-9), (theta, steps)
       scale = np.abs(expected_dw).max()
@@ -87,17 +75,10 @@ def test_closed_form_with_changing_hessians_matches_backprop_on_the_toy(no_clip)
   w = np.array(w)
   grads = (4 * w**3 - 21 * w**2 + 24 * w)[:, None]
   hessians = (12 * w[:-1] ** 2 - 42 * w[:-1] + 24)[:, None, None]
-  expected = exploding.closed_form_dloss_dtheta(grads, hessians, lr)
-  lopt = toy_figure.make_optimizer("sgd", "learning_rate", None, None)
-  _, _, grad = toy_figure.make_final_fn(lopt, "learning_rate", 1)(np.array([lr]), steps)
+  expected = lr_closed_form.closed_form_dloss_dtheta(grads, hessians, lr)
+  lopt = toy_unrolls.make_optimizer("sgd", "learning_rate", None, None)
+  _, _, grad = toy_unrolls.make_final_fn(lopt, "learning_rate", 1)(np.array([lr]), steps)
   assert grad[0] == pytest.approx(expected, rel=1e-3)
-
-
-def test_spectral_radius_and_slope_fit():
-  assert exploding.spectral_radius([0.1, 1.0], 2.2) == pytest.approx(1.2)
-  assert exploding.spectral_radius([0.1, 1.0], 1.0) == pytest.approx(0.9)
-  steps = np.arange(10, 20)
-  assert exploding.fit_slope(steps, -3.0 * np.exp(0.25 * steps)) == pytest.approx(0.25)
 
 
 def test_growth_rate_above_two_over_lambda_max(no_clip):

@@ -7,9 +7,14 @@ import pytest
 import tensorflow as tf
 import testing_utils
 
-from task_specific_learned_opt import checkpoints, inner_training
-from task_specific_learned_opt import seeds as seeds_lib
-from task_specific_learned_opt.figures import outer_loss_slices, runner, trajectories
+from task_specific_learned_opt import checkpoints, inner_training, random_seeds
+from task_specific_learned_opt.figures import (
+  flat_outer_loss,
+  inner_problems,
+  outer_loss_slices,
+  roughness,
+  runner,
+)
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.tasks import networks
 
@@ -51,11 +56,11 @@ def _start(task, theta):
 def direct_valid_loss(task, theta, num_steps):
   """mean_t clip(loss of w_{t+1} on valid batch t), one unroll step at a time."""
   opt, state = _start(task, theta)
-  train_seed, valid_seed = seeds_lib.fold_in(DATA_SEED, 0), seeds_lib.fold_in(DATA_SEED, 1)
+  train_seed, valid_seed = random_seeds.fold_in(DATA_SEED, 0), random_seeds.fold_in(DATA_SEED, 1)
   total = 0.0
   for t in range(num_steps):
     state, _ = inner_training.unroll(task, opt, state, 1, train_seed, first_step=t)
-    batch = task.batch("valid", seeds_lib.fold_in(valid_seed, t))
+    batch = task.batch("valid", random_seeds.fold_in(valid_seed, t))
     total += inner_training.clip_loss(task.loss(opt.get_params(state), batch))
   return total / num_steps
 
@@ -64,41 +69,9 @@ def direct_train_loss(task, theta, num_steps):
   """mean over t = 1..T of the pre-update training loss of step t: one unroll of T + 1 steps."""
   opt, state = _start(task, theta)
   _, losses = inner_training.unroll(
-    task, opt, state, num_steps + 1, seeds_lib.fold_in(DATA_SEED, 0)
+    task, opt, state, num_steps + 1, random_seeds.fold_in(DATA_SEED, 0)
   )
   return tf.reduce_mean(losses[1:])
-
-
-def test_roughness_measures_by_hand():
-  assert outer_loss_slices.total_variation([0.0, 1.0, 0.0, 2.0]) == pytest.approx(4.0)
-  assert outer_loss_slices.mean_abs_second_difference([0.0, 1.0, 0.0, 2.0]) == pytest.approx(2.5)
-  assert outer_loss_slices.mean_abs_second_difference(np.arange(10.0) * 3) == pytest.approx(0.0)
-  x, y = np.meshgrid(np.arange(5.0), np.arange(4.0), indexing="ij")
-  assert outer_loss_slices.mean_abs_laplacian(x**2 + y**2) == pytest.approx(4.0)
-  assert outer_loss_slices.mean_abs_laplacian(3 * x - y) == pytest.approx(0.0)
-  # Differences of 3 along axis 0 (4 x 4 of them) and 1 along axis 1 (5 x 3): mean 63 / 31.
-  assert outer_loss_slices.mean_abs_neighbour_difference(3 * x - y) == pytest.approx(63 / 31)
-
-
-def test_directions():
-  direction = outer_loss_slices.unit(np.array([3.0, 4.0, 0.0]))
-  np.testing.assert_allclose(direction, [0.6, 0.8, 0.0])
-  other = outer_loss_slices.orthogonal_random_direction(direction, seed=0)
-  assert np.dot(other, direction) == pytest.approx(0.0, abs=1e-12)
-  assert np.linalg.norm(other) == pytest.approx(1.0)
-  np.testing.assert_array_equal(other, outer_loss_slices.orthogonal_random_direction(direction, 0))
-  with pytest.raises(ValueError, match="norm"):
-    outer_loss_slices.unit(np.zeros(3))
-
-
-def test_theta_vector_round_trip():
-  theta = mlp_lopt.MLPLOpt().init(0)
-  vectors = outer_loss_slices.ThetaVector(theta)
-  flat = vectors.flat(theta)
-  assert flat.shape == (610,)  # App. D.1: 16 x 32 + 32 + 32 x 2 + 2.
-  back = vectors.nest(flat)
-  for a, b in zip(tf.nest.flatten(theta), tf.nest.flatten(back), strict=True):
-    np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_shapes(result):
@@ -111,7 +84,7 @@ def test_shapes(result):
 
 
 def test_line_at_zero_is_the_outer_loss_of_a_direct_unroll(task, result):
-  theta = mlp_lopt.MLPLOpt().init(seeds_lib.as_seed(0))
+  theta = mlp_lopt.MLPLOpt().init(random_seeds.as_seed(0))
   for i, steps in enumerate(STEPS):
     expected = float(direct_valid_loss(task, theta, steps))
     assert result["line_losses"][i][2] == pytest.approx(expected, rel=1e-5)
@@ -130,8 +103,8 @@ def test_line_decreases_against_the_gradient(result):
 
 
 def test_grid_points_and_directions_match_direct_computations(task, result):
-  theta = mlp_lopt.MLPLOpt().init(seeds_lib.as_seed(0))
-  vectors = outer_loss_slices.ThetaVector(theta)
+  theta = mlp_lopt.MLPLOpt().init(random_seeds.as_seed(0))
+  vectors = flat_outer_loss.ThetaVector(theta)
   flat = vectors.flat(theta)
   offsets = np.asarray(result["grid_offsets"])
   for i, steps in enumerate(STEPS):
@@ -149,7 +122,7 @@ def test_grid_points_and_directions_match_direct_computations(task, result):
       expected = float(direct_train_loss(task, point, steps))
       assert result["grid_losses"][i][row][column] == pytest.approx(expected, rel=1e-5)
     assert result["grid_mean_abs_laplacian"][i] == pytest.approx(
-      outer_loss_slices.mean_abs_laplacian(result["grid_losses"][i])
+      roughness.mean_abs_laplacian(result["grid_losses"][i])
     )
 
 
@@ -189,7 +162,7 @@ def test_bin_figure_writes_the_plotted_numbers(tmp_path):
   result = testing_utils.run_figure(tmp_path, "fig2ef_outer_loss_slices", bindings)
   assert os.path.getsize(tmp_path / "fig2ef_outer_loss_slices.png") > 1000
   assert result["figure"] == "fig2ef_outer_loss_slices"
-  assert result["data"] == trajectories.DATA_DESCRIPTIONS["generated"]
+  assert result["data"] == inner_problems.DATA_DESCRIPTIONS["generated"]
   assert result["loss_clip"] == 10.0
   assert result["line_objective"] == "valid" and result["grid_objective"] == "train"
   assert np.asarray(result["line_offsets"]).shape == (7,)
@@ -199,9 +172,7 @@ def test_bin_figure_writes_the_plotted_numbers(tmp_path):
   losses = np.asarray(result["line_losses"])
   assert np.all(np.isfinite(losses)) and np.all(losses <= 10.0)
   for i in range(2):
-    assert result["line_total_variation"][i] == pytest.approx(
-      outer_loss_slices.total_variation(losses[i])
-    )
+    assert result["line_total_variation"][i] == pytest.approx(roughness.total_variation(losses[i]))
     assert result["line_mean_abs_second_difference"][i] == pytest.approx(
-      outer_loss_slices.mean_abs_second_difference(losses[i])
+      roughness.mean_abs_second_difference(losses[i])
     )

@@ -12,10 +12,8 @@ import testing_utils
 from absl import app
 from matplotlib import figure
 
-from task_specific_learned_opt import (
-  configurables,  # noqa: F401
-  gin_config,
-)
+from task_specific_learned_opt import files, gin_config
+from task_specific_learned_opt.cli import configurables  # noqa: F401
 from task_specific_learned_opt.figures import runner
 
 
@@ -54,8 +52,8 @@ def test_run_figure_writes_png_json_and_config(tmp_path):
 
 def test_json_round_trip_of_non_finite_numbers():
   value = {"a": [1.0, float("nan"), float("inf"), -float("inf")], "b": np.float32(0.5)}
-  text = json.dumps(runner.to_json(value), allow_nan=False)
-  back = runner.from_json(json.loads(text))
+  text = json.dumps(files.to_json(value), allow_nan=False)
+  back = files.from_json(json.loads(text))
   assert back["b"] == 0.5 and back["a"][0] == 1.0 and math.isnan(back["a"][1])
   assert back["a"][2:] == [math.inf, -math.inf]
 

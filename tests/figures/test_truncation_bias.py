@@ -10,11 +10,9 @@ import pytest
 import tensorflow as tf
 import testing_utils
 
-from task_specific_learned_opt import (
-  configurables,  # noqa: F401
-  gin_config,
-  inner_training,
-)
+from task_specific_learned_opt import gin_config, inner_training
+from task_specific_learned_opt.cli import configurables  # noqa: F401
+from task_specific_learned_opt.figures import hyperparameter_training, hyperparameter_truncations
 from task_specific_learned_opt.figures import truncation_bias as tb
 from task_specific_learned_opt.learned_optimizers import hyperparameters
 from task_specific_learned_opt.optimizers import adam, sgd
@@ -43,7 +41,7 @@ def _mlp_task():
 
 def _trainer(task, lopt, horizon, num_runs=1, outer=None):
   outer = outer or sgd.SGD(learning_rate=0.1)
-  return tb.OuterTrainer(task, lopt, outer, horizon, num_runs, seed=3)
+  return hyperparameter_training.OuterTrainer(task, lopt, outer, horizon, num_runs, seed=3)
 
 
 def test_truncation_gradient_matches_the_closed_form_of_sgd_on_a_quadratic():
@@ -57,8 +55,8 @@ def test_truncation_gradient_matches_the_closed_form_of_sgd_on_a_quadratic():
   theta = _theta(lr)
   state, data_seed = trainer.fresh_state(theta, 0)
   fn = trainer.truncation_fn(length)
-  first = fn(theta, state, 0, data_seed)
-  second = fn(theta, first.state, length, data_seed)  # Starts from the carried state.
+  first = fn(theta, state, data_seed)
+  second = fn(theta, first.state, data_seed)  # Starts from the carried state.
 
   a = task.curvatures.numpy().astype(np.float64)
   c = task.center.numpy().astype(np.float64)
@@ -83,14 +81,12 @@ def test_truncation_gradient_matches_a_finite_difference_for_adam_on_an_mlp():
   theta = _theta(1e-2)
   state, data_seed = trainer.fresh_state(theta, 0)
   fn = trainer.truncation_fn(length)
-  start = fn(theta, state, 0, data_seed).state  # Test the second truncation, from a carried state.
-  gradient = float(fn(theta, start, length, data_seed).gradient["learning_rate"])
+  start = fn(theta, state, data_seed).state  # Test the second truncation, from a carried state.
+  gradient = float(fn(theta, start, data_seed).gradient["learning_rate"])
   # Central difference in float32: the loss is ~2.3 (resolution ~2e-7) and moves by ~1e-2 over
   # +-0.05 in log lr; the O(eps^2) curvature error is below the tolerance.
   eps = 0.05
-  losses = [
-    float(fn(_theta(1e-2 * math.exp(s * eps)), start, length, data_seed).loss) for s in (1, -1)
-  ]
+  losses = [float(fn(_theta(1e-2 * math.exp(s * eps)), start, data_seed).loss) for s in (1, -1)]
   finite_difference = (losses[0] - losses[1]) / (2 * eps)
   assert abs(gradient) > 1e-3
   assert gradient == pytest.approx(finite_difference, rel=0.03)
@@ -110,7 +106,8 @@ def test_state_is_carried_across_truncations():
   assert record["start_step"] == [0, 4, 8]
   assert record["sum"] == pytest.approx(sum(record["gradient"]))
   # A truncation restarted from the fresh state (same batches) would give other losses.
-  restarted = trainer.truncation_fn(length)(theta, state, length, data_seed)
+  fresh_at_step = state._replace(iteration=state.iteration + length)
+  restarted = trainer.truncation_fn(length)(theta, fresh_at_step, data_seed)
   assert abs(float(restarted.loss) - record["outer_loss"][1]) > 1e-3
 
 
@@ -176,13 +173,13 @@ def test_vectorized_pes_particles_equal_separate_unrolls():
   trainer = _trainer(task, lopt, horizon=6)
   theta = _theta(1e-2)
   state, data_seed = trainer.fresh_state(theta, 0)
-  fn = tb.make_pes_fn(task, lopt, 3, sigma=0.3)
-  out = fn(theta, tb.stack_states(state, 4), 0, data_seed, [5, 6])
+  fn = hyperparameter_truncations.make_pes_fn(task, lopt, 3, sigma=0.3)
+  out = fn(theta, hyperparameter_truncations.stack_states(state, 4), data_seed, [5, 6])
   single = trainer.truncation_fn(3)
   for pair in range(2):
     e = float(out.perturbation["learning_rate"][pair])
     for sign, losses in ((1, out.loss_plus), (-1, out.loss_minus)):
-      expected = single(_theta(1e-2 * math.exp(sign * e)), state, 0, data_seed)
+      expected = single(_theta(1e-2 * math.exp(sign * e)), state, data_seed)
       assert float(losses[pair]) == pytest.approx(float(expected.loss), rel=1e-5)
       index = pair if sign == 1 else 2 + pair
       np.testing.assert_allclose(

@@ -178,25 +178,44 @@ def test_adam_first_step_is_lr_times_sign():
   _assert_close(state.params, {"a": [1.0 - 0.1, -2.0 + 0.1], "b": [[0.5 - 0.1]]})
 
 
+def _numpy_adam_reg_decay(w, grad_fn, num_steps, hparams):
+  """Adam+Reg+Decay in numpy float64, `num_steps` steps from `w` with gradients grad_fn(w, t)."""
+  hp = {name: np.float64(value) for name, value in hparams.items()}
+  w = np.asarray(w, np.float64)
+  m = np.zeros_like(w)
+  v = np.zeros_like(w)
+  for t in range(num_steps):
+    g = grad_fn(w, t) + hp["l1"] * np.sign(w) + hp["l2"] * w
+    lr_t = hp["learning_rate"] * max(0.0, 1 - hp["linear_decay"] * t)
+    lr_t *= np.exp(-hp["exponential_decay"] * t)
+    m = hp["beta1"] * m + (1 - hp["beta1"]) * g
+    v = hp["beta2"] * v + (1 - hp["beta2"]) * g**2
+    m_hat = m / (1 - hp["beta1"] ** (t + 1))
+    v_hat = v / (1 - hp["beta2"] ** (t + 1))
+    w = w - lr_t * m_hat / (np.sqrt(v_hat) + hp["epsilon"])
+  return w
+
+
 def test_adam_reg_decay_matches_numpy():
-  lr, b1, b2, eps, linear, expo, l1, l2 = 0.1, 0.8, 0.9, 1e-3, 0.2, 0.3, 0.05, 0.1
-  opt = adam.Adam(lr, b1, b2, eps, linear, expo, l1, l2)
+  hparams = {
+    "learning_rate": 0.1,
+    "beta1": 0.8,
+    "beta2": 0.9,
+    "epsilon": 1e-3,
+    "linear_decay": 0.2,
+    "exponential_decay": 0.3,
+    "l1": 0.05,
+    "l2": 0.1,
+  }
+  opt = adam.Adam(**hparams)
   grads = GRADS + [{"a": [0.3, 0.3], "b": [[0.0]]}]
   state = _run(opt, PARAMS, grads)
-
-  expected = {}
-  for key, w in _np(PARAMS).items():
-    m = np.zeros_like(w)
-    v = np.zeros_like(w)
-    for t, step_grads in enumerate(grads):
-      g = np.asarray(step_grads[key], np.float32) + l1 * np.sign(w) + l2 * w
-      lr_t = lr * max(0.0, 1 - linear * t) * np.exp(-expo * t)
-      m = b1 * m + (1 - b1) * g
-      v = b2 * v + (1 - b2) * g**2
-      m_hat = m / (1 - b1 ** (t + 1))
-      v_hat = v / (1 - b2 ** (t + 1))
-      w = w - lr_t * m_hat / (np.sqrt(v_hat) + eps)
-    expected[key] = w
+  expected = {
+    key: _numpy_adam_reg_decay(
+      w, lambda w, t, key=key: np.asarray(grads[t][key], np.float32), len(grads), hparams
+    )
+    for key, w in _np(PARAMS).items()
+  }
   _assert_close(state.params, expected)
 
 
@@ -269,25 +288,52 @@ def test_gradient_wrt_learning_rate_matches_finite_difference():
   grad = tape.gradient(loss, lr).numpy()
   h = 1e-3
   finite_difference = (_adam_final_loss(0.1 + h) - _adam_final_loss(0.1 - h)).numpy() / (2 * h)
+  assert abs(finite_difference) > 1.0  # About -17.3: a zero gradient cannot match it.
   np.testing.assert_allclose(grad, finite_difference, rtol=1e-3)
 
 
-def test_gradient_reaches_every_adam_hparam():
-  names = ["learning_rate", "beta1", "beta2", "epsilon", "linear_decay", "exponential_decay"]
-  names += ["l1", "l2"]
-  values = [0.1, 0.8, 0.9, 1e-3, 0.1, 0.1, 0.01, 0.01]
-  hparams = {n: tf.constant(v) for n, v in zip(names, values, strict=True)}
+ADAM_REG_DECAY_HPARAMS = {
+  "learning_rate": 0.1,
+  "beta1": 0.8,
+  "beta2": 0.9,
+  "epsilon": 1e-3,
+  "linear_decay": 0.1,
+  "exponential_decay": 0.1,
+  "l1": 0.01,
+  "l2": 0.01,
+}
+
+
+def _numpy_final_loss(hparams):
+  """sum(w^2) after 3 float64 steps on sum((w - 1)^2) from PARAMS, to differentiate."""
+  final = [
+    _numpy_adam_reg_decay(w, lambda w, t: 2.0 * (w - 1.0), 3, hparams) for w in _np(PARAMS).values()
+  ]
+  return sum(float(np.sum(w**2)) for w in final)
+
+
+@pytest.mark.parametrize("name", list(ADAM_REG_DECAY_HPARAMS))
+def test_gradient_wrt_every_adam_hparam_matches_finite_differences(name):
+  hparams = {n: tf.constant(v) for n, v in ADAM_REG_DECAY_HPARAMS.items()}
   with tf.GradientTape() as tape:
-    tape.watch(list(hparams.values()))
+    tape.watch(hparams[name])
     opt = adam.Adam(**hparams)
     state = opt.init(_tf(PARAMS))
     for _ in range(3):
       state = opt.update(state, _quadratic_grads(opt.get_params(state)))
     loss = tf.add_n([tf.reduce_sum(tf.square(w)) for w in tf.nest.flatten(state.params)])
-  grads = tape.gradient(loss, hparams)
-  for name in names:
-    assert grads[name] is not None, name
-    assert np.isfinite(grads[name].numpy()), name
+  grad = tape.gradient(loss, hparams[name])
+  assert grad is not None, name
+  # Central differences of the float64 numpy rule, h a millionth of the value: from -4.73
+  # (learning_rate) to 0.006 (beta2), none near 0, so a gradient that does not flow fails.
+  value = ADAM_REG_DECAY_HPARAMS[name]
+  h = 1e-6 * value
+  finite_difference = (
+    _numpy_final_loss({**ADAM_REG_DECAY_HPARAMS, name: value + h})
+    - _numpy_final_loss({**ADAM_REG_DECAY_HPARAMS, name: value - h})
+  ) / (2 * h)
+  assert abs(finite_difference) > 1e-3, name
+  np.testing.assert_allclose(grad.numpy(), finite_difference, rtol=1e-4, err_msg=name)
 
 
 def test_tensor_hparams_do_not_retrace():

@@ -6,10 +6,10 @@ import itertools
 import numpy as np
 import tensorflow as tf
 
-from task_specific_learned_opt import seeds as seeds_lib
+from task_specific_learned_opt import random_seeds
 from task_specific_learned_opt.learned_optimizers import hyperparameters
 from task_specific_learned_opt.optimizers import sgd
-from task_specific_learned_opt.outer import estimators, pes, truncated_unroll
+from task_specific_learned_opt.outer import antithetic, estimators, pes, truncated_unroll
 from task_specific_learned_opt.tasks import quadratic
 
 
@@ -96,22 +96,22 @@ def _full_run_estimates(task, lopt, theta, persistent):
     for k in range(NUM_TRUNCATIONS):
       args = (LENGTH, [5, 6], [7, k], SIGMA)
       if persistent:
-        s = truncated_unroll.pes_truncation_sample(
-          task,
-          lopt,
+        s = antithetic.pes_truncation_sample(
+          truncated_unroll.Unroll(task, lopt, recompute=False, loss_shape=[NUM_SAMPLES]),
           theta,
           plus,
           minus,
           accumulator,
           *args,
-          recompute=False,
-          loss_shape=[NUM_SAMPLES],
         )
         plus, minus, accumulator = s.state_plus, s.state_minus, s.accumulator
         total += s.g_pes["learning_rate"]
       else:  # Both unrolls from the + unroll's end state, as the truncated-ES worker does.
-        s = truncated_unroll.truncation_sample(
-          task, lopt, theta, plus, *args, recompute=False, loss_shape=[NUM_SAMPLES]
+        s = antithetic.truncation_sample(
+          truncated_unroll.Unroll(task, lopt, recompute=False, loss_shape=[NUM_SAMPLES]),
+          theta,
+          plus,
+          *args,
         )
         plus = s.state
         total += s.g_es["learning_rate"]
@@ -204,25 +204,12 @@ def test_a_pes_truncation_continues_both_trajectories():
   task, lopt, _ = _setup()
   theta = {"learning_rate": tf.fill([NUM_SAMPLES, 1], float(np.log(LEARNING_RATE)))}
   state = lopt.opt_fn(theta).init(task.init_params(0))
-  shape = [NUM_SAMPLES]
-  first = truncated_unroll.pes_truncation_sample(
-    task,
-    lopt,
-    theta,
-    state,
-    state,
-    pes.initial_state(theta),
-    3,
-    [1, 1],
-    [2, 2],
-    SIGMA,
-    recompute=False,
-    loss_shape=shape,
+  plain_unroll = truncated_unroll.Unroll(task, lopt, recompute=False, loss_shape=[NUM_SAMPLES])
+  first = antithetic.pes_truncation_sample(
+    plain_unroll, theta, state, state, pes.initial_state(theta), 3, [1, 1], [2, 2], SIGMA
   )
   # The first truncation of a run is truncated ES: both unrolls from one state, xi = e_1.
-  plain = truncated_unroll.truncation_sample(
-    task, lopt, theta, state, 3, [1, 1], [2, 2], SIGMA, recompute=False, loss_shape=shape
-  )
+  plain = antithetic.truncation_sample(plain_unroll, theta, state, 3, [1, 1], [2, 2], SIGMA)
   for a, b in zip(
     tf.nest.flatten((first.g_pes, first.g_rp, first.loss_plus, first.state_plus)),
     tf.nest.flatten((plain.g_es, plain.g_rp, plain.loss_plus, plain.state)),
@@ -232,9 +219,8 @@ def test_a_pes_truncation_continues_both_trajectories():
   assert int(first.accumulator.num_truncations) == 1
   assert not np.allclose(first.state_plus.params["w"], first.state_minus.params["w"])
   # The second continues each trajectory from its own end state, credits xi = e_1 + e_2...
-  second = truncated_unroll.pes_truncation_sample(
-    task,
-    lopt,
+  second = antithetic.pes_truncation_sample(
+    plain_unroll,
     theta,
     first.state_plus,
     first.state_minus,
@@ -243,11 +229,9 @@ def test_a_pes_truncation_continues_both_trajectories():
     [1, 1],
     [2, 3],
     SIGMA,
-    recompute=False,
-    loss_shape=shape,
   )
-  e1 = truncated_unroll.perturbation(theta, [2, 2], SIGMA)
-  e2 = truncated_unroll.perturbation(theta, [2, 3], SIGMA)
+  e1 = antithetic.perturbation(theta, [2, 2], SIGMA)
+  e2 = antithetic.perturbation(theta, [2, 3], SIGMA)
   xi = e1["learning_rate"] + e2["learning_rate"]
   np.testing.assert_allclose(second.accumulator.perturbation_sum["learning_rate"], xi, rtol=1e-6)
   expected = estimators.es_gradient(second.loss_plus, second.loss_minus, {"x": xi}, SIGMA)["x"]
@@ -262,9 +246,8 @@ def test_a_pes_truncation_continues_both_trajectories():
   np.testing.assert_allclose(second.loss_minus, tf.reduce_mean(losses, 0), rtol=1e-5)
   assert int(second.state_minus.iteration) == 6
   # Recomputed chunks in the backward pass give the same g_rp through both start states.
-  recomputed = truncated_unroll.pes_truncation_sample(
-    task,
-    lopt,
+  recomputed = antithetic.pes_truncation_sample(
+    plain_unroll._replace(recompute=True),
     theta,
     first.state_plus,
     first.state_minus,
@@ -273,8 +256,6 @@ def test_a_pes_truncation_continues_both_trajectories():
     [1, 1],
     [2, 3],
     SIGMA,
-    recompute=True,
-    loss_shape=shape,
   )
   assert float(tf.reduce_max(tf.abs(second.g_rp["learning_rate"]))) > 0
   np.testing.assert_allclose(
@@ -285,5 +266,5 @@ def test_a_pes_truncation_continues_both_trajectories():
 def test_perturbations_of_a_vector_theta_are_independent_per_problem():
   # The vectorised test above needs e's coordinates independent: a draw of [N, 1] is N draws.
   theta = {"x": tf.zeros([NUM_SAMPLES, 1])}
-  e = truncated_unroll.perturbation(theta, seeds_lib.as_seed([0, 1]), SIGMA)["x"].numpy()[:, 0]
+  e = antithetic.perturbation(theta, random_seeds.as_seed([0, 1]), SIGMA)["x"].numpy()[:, 0]
   assert abs(e.std() / SIGMA - 1) < 0.05 and abs(np.corrcoef(e[:-1], e[1:])[0, 1]) < 0.05

@@ -1,6 +1,4 @@
-"""The antithetic truncation: its losses by definition, recomputation, and unbiased estimates."""
-
-from typing import NamedTuple
+"""The unrolls of a truncation: their losses by definition, recomputation, no retracing."""
 
 import gin
 import numpy as np
@@ -8,12 +6,9 @@ import pytest
 import tensorflow as tf
 import testing_utils
 
-from task_specific_learned_opt import inner_training
-from task_specific_learned_opt import seeds as seeds_lib
-from task_specific_learned_opt.learned_optimizers import base as lopt_base
+from task_specific_learned_opt import inner_training, random_seeds
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
-from task_specific_learned_opt.optimizers import base as opt_base
-from task_specific_learned_opt.outer import truncated_unroll
+from task_specific_learned_opt.outer import antithetic, recomputation, truncated_unroll
 from task_specific_learned_opt.tasks import networks, quadratic
 
 
@@ -33,8 +28,9 @@ def _scaled_theta(lopt, scale=10.0):
 def _sample_fn(task, lopt, objective="train", recompute=True, sigma=0.1):
   @tf.function(autograph=False)
   def run(theta, state, num_steps, data_seed, perturbation_seed):
-    return truncated_unroll.truncation_sample(
-      task, lopt, theta, state, num_steps, data_seed, perturbation_seed, sigma, objective, recompute
+    unroll = truncated_unroll.Unroll(task, lopt, objective, recompute)
+    return antithetic.truncation_sample(
+      unroll, theta, state, num_steps, data_seed, perturbation_seed, sigma
     )
 
   return run
@@ -50,7 +46,7 @@ def test_losses_and_end_state_follow_the_definition(objective):
   start, _ = inner_training.unroll(task, lopt.opt_fn(theta), start, 3, seed=[9, 9])  # t0 = 3.
   sigma, k = 0.1, 4
   sample = _sample_fn(task, lopt, objective, sigma=sigma)(theta, start, k, [1, 2], [3, 4])
-  e = truncated_unroll.perturbation(theta, [3, 4], sigma)
+  e = antithetic.perturbation(theta, [3, 4], sigma)
   train_seed, valid_seed = truncated_unroll.data_seeds([1, 2])
   for sign, loss in ((1.0, sample.loss_plus), (-1.0, sample.loss_minus)):
     opt = lopt.opt_fn(tf.nest.map_structure(lambda th, ee, s=sign: th + s * ee, theta, e))
@@ -63,7 +59,7 @@ def test_losses_and_end_state_follow_the_definition(objective):
       state, terms = start, []
       for t in range(3, 3 + k):
         state, _ = inner_training.unroll(task, opt, state, 1, train_seed, first_step=t)
-        batch = task.batch("valid", seeds_lib.fold_in(valid_seed, t))
+        batch = task.batch("valid", random_seeds.fold_in(valid_seed, t))
         terms.append(float(task.loss(opt.get_params(state), batch)))
       expected = np.mean(terms)
     np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
@@ -87,7 +83,7 @@ def test_recomputed_and_plain_backprop_give_the_same_g_rp(objective):
   args = (theta, state, tf.constant(9), [5, 6], [7, 8])
   plain = _sample_fn(task, lopt, objective, recompute=False)(*args)
   # K = 9: two levels by default (chunks of 3 steps rerun as chunks of 1), and one level.
-  assert truncated_unroll.segment_lengths_for(9).numpy().tolist() == [3, 1]
+  assert recomputation.segment_lengths_for(9).numpy().tolist() == [3, 1]
   two_levels = _sample_fn(task, lopt, objective, recompute=True)(*args)
   gin.bind_parameter("segment_lengths_for.levels", 1)
   gin.bind_parameter("segment_lengths_for.scale", 0.7)  # Chunks of ceil(0.7 * 3) = 3 steps.
@@ -101,15 +97,7 @@ def test_recomputed_and_plain_backprop_give_the_same_g_rp(objective):
       np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=2e-3 * scale)
 
 
-def test_segment_length_and_retracing():
-  lengths = truncated_unroll.segment_lengths_for
-  # One level: ceil(0.2 sqrt(K)).
-  assert lengths(10000, levels=1).numpy().tolist() == [20]
-  assert lengths(9, levels=1).numpy().tolist() == [1]
-  assert lengths(9, scale=1.0, levels=1).numpy().tolist() == [3]
-  # Two levels: innermost ceil(0.2 * 10000^(1/3)) = ceil(4.31) = 5; then 5 * sqrt(10000 / 5)
-  # = 223.6 -> 224: 45 chunks of 224 steps, each rerun as 45 chunks of 5.
-  assert lengths(10000).numpy().tolist() == [224, 5]
+def test_the_sample_does_not_retrace():
   task = quadratic.QuadraticTask(dim=4)
   lopt = mlp_lopt.MLPLOpt()
   run = _sample_fn(task, lopt)
@@ -127,97 +115,26 @@ def test_unknown_objective():
   theta = lopt.init(0)
   with pytest.raises(ValueError, match="objective"):
     truncated_unroll.antithetic_losses(
-      task, lopt, theta, theta, lopt.opt_fn(theta).init(task.init_params(0)), 2, [0, 0], "test"
+      truncated_unroll.Unroll(task, lopt, "test"),
+      theta,
+      theta,
+      lopt.opt_fn(theta).init(task.init_params(0)),
+      2,
+      [0, 0],
     )
 
 
-# The statistical test: a learned optimizer simple enough that the smoothed outer objective
-# E_e[L(theta + e)] can be computed exactly (float64 quadrature), so the expectation of g_rp and
-# g_es can be compared with its true gradient.
-
-
-class _State(NamedTuple):
-  params: dict
-  iteration: tf.Tensor
-
-
-class _LearnedRateAndDecay(lopt_base.LearnedOptimizer):
-  """w <- w - exp(theta_0) * g - theta_1 * w: a learned log learning rate and weight decay."""
-
-  def init(self, seed):
-    return {"log_lr": tf.constant(np.log(0.3), tf.float32), "decay": tf.constant(0.05)}
-
-  def opt_fn(self, theta):
-    class _Opt(opt_base.Optimizer):
-      def init(self, params):
-        return _State(params, tf.constant(0, tf.int32))
-
-      def update(self, state, grads, loss=None):
-        params = tf.nest.map_structure(
-          lambda w, g: w - tf.exp(theta["log_lr"]) * g - theta["decay"] * w, state.params, grads
-        )
-        return _State(params, state.iteration + 1)
-
-    return _Opt()
-
-
-def _outer_loss_numpy(theta, w0, curvatures, center, k):
-  """L_train of the truncation in float64: the mean loss of the K post-update iterates."""
-  lr, decay = np.exp(theta[0]), theta[1]
-  w, losses = w0.copy(), []
-  for _ in range(k):
-    w = w - lr * curvatures * (w - center) - decay * w
-    losses.append(0.5 * np.sum(curvatures * (w - center) ** 2))
-  return np.mean(losses)
-
-
-def _smoothed_gradient_numpy(theta, sigma, *args):
-  """d/dtheta E_{e ~ N(0, sigma^2 I)} L(theta + e): 2-D Gauss-Hermite quadrature, central
-  differences of the (smooth) smoothed objective."""
-  nodes, weights = np.polynomial.hermite_e.hermegauss(40)
-  weights = weights / weights.sum()
-
-  def smoothed(th):
-    return sum(
-      wi * wj * _outer_loss_numpy(th + sigma * np.array([ni, nj]), *args)
-      for ni, wi in zip(nodes, weights, strict=True)
-      for nj, wj in zip(nodes, weights, strict=True)
-    )
-
-  h = 1e-5
-  return np.array(
-    [(smoothed(theta + h * d) - smoothed(theta - h * d)) / (2 * h) for d in np.eye(2)]
-  )
-
-
-@pytest.mark.integration
-def test_g_rp_and_g_es_are_unbiased_for_the_smoothed_objective():
-  task = quadratic.QuadraticTask(dim=3, min_curvature=0.5, max_curvature=2.0, init_std=0.5)
-  lopt = _LearnedRateAndDecay()
-  theta = lopt.init(0)
-  sigma, k, num_samples = 0.1, 4, 400
-  state = lopt.opt_fn(theta).init(task.init_params(0))
-  run = _sample_fn(task, lopt, sigma=sigma)
-  g_rp, g_es = [], []
-  for i in range(num_samples):
-    s = run(theta, state, tf.constant(k), tf.constant([0, 0]), tf.constant([1, i]))
-    assert float(s.loss_plus) < 10 and float(s.loss_minus) < 10  # No clipping involved.
-    g_rp.append([float(s.g_rp["log_lr"]), float(s.g_rp["decay"])])
-    g_es.append([float(s.g_es["log_lr"]), float(s.g_es["decay"])])
-  g_rp, g_es = np.array(g_rp), np.array(g_es)
-  exact = _smoothed_gradient_numpy(
-    np.array([float(theta["log_lr"]), float(theta["decay"])]),
-    sigma,
-    state.params["w"].numpy().astype(np.float64),
-    task.curvatures.numpy().astype(np.float64),
-    task.center.numpy().astype(np.float64),
-    k,
-  )
-  # Tolerance: 4 standard errors of the mean of each estimator (plus float32 slack): a correct
-  # estimator fails this with probability < 1e-4 per coordinate; a wrong sign or a missing
-  # factor of 2 or sigma^2 fails it by many standard errors.
-  for name, estimates in (("g_rp", g_rp), ("g_es", g_es)):
-    standard_error = estimates.std(axis=0, ddof=1) / np.sqrt(num_samples)
-    error = np.abs(estimates.mean(axis=0) - exact)
-    assert np.all(error < 4 * standard_error + 1e-4 * np.abs(exact)), (name, error, exact)
-  assert np.all(np.abs(exact) > 10 * g_rp.std(axis=0, ddof=1) / np.sqrt(num_samples))
+def test_step_losses_are_the_mean_pre_update_loss_and_follow_the_carried_state():
+  # STEP_LOSSES (Sec. 2.4): the mean of the losses steps t0..t0+K-1 compute before their updates,
+  # on the training stream; one unroll alone, from a state carried from earlier steps.
+  task = quadratic.QuadraticTask(dim=4)
+  lopt = mlp_lopt.MLPLOpt()
+  theta = _scaled_theta(lopt)
+  opt = lopt.opt_fn(theta)
+  start, _ = inner_training.unroll(task, opt, opt.init(task.init_params(0)), 3, seed=[5, 5])
+  unroll = truncated_unroll.Unroll(task, lopt, truncated_unroll.STEP_LOSSES, recompute=False)
+  (loss,), (end,) = truncated_unroll.outer_losses(unroll, (theta,), (start,), 4, ([5, 5], [0, 0]))
+  expected_end, losses = inner_training.unroll(task, opt, start, 4, [5, 5], first_step=3)
+  np.testing.assert_allclose(float(loss), np.mean(losses.numpy()), rtol=1e-6)
+  for a, b in zip(tf.nest.flatten(end), tf.nest.flatten(expected_end), strict=True):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from task_specific_learned_opt.tasks import tfds_source
+from task_specific_learned_opt.tasks import tfds_preparation, tfds_source
 
 
 def _reference_by_class(dataset: str, split: str, num_classes: int) -> list:
@@ -28,16 +28,6 @@ def _reference_by_class(dataset: str, split: str, num_classes: int) -> list:
 
 def _all_images(source: tfds_source.TfdsClassSource, split: str) -> list:
   return [source.images(split, c) for c in range(source.num_classes)]
-
-
-def test_class_slots_keep_read_order_within_classes():
-  # Counts [2, 1, 2] give offsets [0, 2, 3, 5]; one class-0 example is already written, so the
-  # batch's class-0 example goes to row 0 + 1, class 2's two examples to rows 3 and 4.
-  labels = np.array([2, 0, 2, 1])
-  offsets = tfds_source.class_offsets(np.array([2, 1, 2]))
-  np.testing.assert_array_equal(offsets, [0, 2, 3, 5])
-  slots = tfds_source.class_slots(labels, offsets, filled=np.array([1, 0, 0]))
-  np.testing.assert_array_equal(slots, [3, 1, 4, 2])
 
 
 @pytest.mark.parametrize(
@@ -119,7 +109,7 @@ def test_missing_dataset_fails_fast_with_the_prepare_command(
   message = str(error.value)
   assert dataset in message
   assert data_dir in message
-  assert tfds_source.prepare_command(dataset, data_dir) in message
+  assert tfds_preparation.prepare_command(dataset, data_dir) in message
   assert isinstance(error.value, FileNotFoundError)
   for manual_file in tfds_source.DATASETS[dataset].manual_files:
     assert manual_file in message

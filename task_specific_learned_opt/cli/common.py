@@ -1,0 +1,79 @@
+"""What the binaries share: one-line errors for mistakes a user can fix.
+
+A wrong gin binding or an unprepared dataset is the user's to fix, so the binary prints one line
+that names the problem and the fix, and exits with status 1, instead of a traceback.
+"""
+
+import functools
+import sys
+from collections.abc import Callable, Sequence
+
+from absl import flags
+
+from task_specific_learned_opt import errors
+from task_specific_learned_opt.cli import configurables  # noqa: F401 - registers the gin names.
+from task_specific_learned_opt.distributed import stopping
+
+
+def define_gin_flags(default_gin_file: str) -> None:
+  """Defines --gin_file and --gin_bindings, which every binary takes (once per process)."""
+  if "gin_file" not in flags.FLAGS:
+    flags.DEFINE_multi_string("gin_file", [default_gin_file], "Gin experiment file(s).")
+    flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings that override the files.")
+
+
+def define_train_dir_flags(default_train_dir: str) -> None:
+  """Defines --train_dir and --resume_changed_experiment (bin/train_local, bin/chief)."""
+  flags.DEFINE_string("train_dir", default_train_dir, "Checkpoints, theta, summaries and plots.")
+  flags.DEFINE_bool(
+    "resume_changed_experiment",
+    False,
+    "Resume a train dir that holds another experiment (other gin bindings, the same theta "
+    "shapes) on purpose; without it such a train dir is refused.",
+  )
+
+
+def define_cluster_flags() -> None:
+  """Defines the flags bin/chief and bin/worker share."""
+  flags.DEFINE_string(
+    "cluster",
+    None,
+    'The cluster as JSON: {"chief": ["host:port"], "worker": ["host:port", ...]}. '
+    "Default: the TF_CONFIG environment variable.",
+  )
+  flags.DEFINE_integer("task_index", None, "This task's index in its job (default: TF_CONFIG's).")
+  flags.DEFINE_bool(
+    "allow_public_addresses",
+    False,
+    "Allow addresses outside loopback and the private ranges. TensorFlow's server has no "
+    "authentication: only on a network nobody else reaches.",
+  )
+
+
+def exits_on_user_error(main: Callable[[Sequence[str]], None]) -> Callable[[Sequence[str]], None]:
+  """Wraps an absl `main(argv)`: an errors.UserError becomes `sys.exit("error: ...")`.
+
+  Args:
+    main: the binary's main function, called with the arguments absl leaves after parsing flags.
+
+  Returns:
+    `main`, except that an errors.UserError exits with status 1 and a one-line message;
+    stopping.Terminated (SIGTERM, after `finally` blocks saved what they save) exits 0 with
+    "stopped by SIGTERM"; KeyboardInterrupt (Ctrl-C) exits 1 with "interrupted".
+  """
+
+  @functools.wraps(main)
+  def wrapped(argv: Sequence[str]) -> None:
+    try:
+      return main(argv)
+    except stopping.Terminated:
+      print("stopped by SIGTERM", file=sys.stderr, flush=True)
+      sys.exit(0)
+    except KeyboardInterrupt:
+      sys.exit("interrupted (state saved)")
+    except errors.UserError as e:
+      # Gin appends where the error was raised; the message alone names the problem and the fix.
+      message = str(e).split("In call to configurable")[0]
+      sys.exit(f"error: {' '.join(message.split())}")
+
+  return wrapped

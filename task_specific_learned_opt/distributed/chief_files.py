@@ -1,0 +1,197 @@
+"""The chief's state on disk: restore at start, save on a timer and at exit, records (App. C).
+
+  chief = outer_training.make_chief(setup)            # built by the mode that runs it
+  files = ChiefFiles(train_dir, chief, setup, title)  # restores the latest checkpoint into it
+  files.record(stats, samples_taken); files.snapshot(); files.save_if_due()
+  files.finish(); files.save()
+
+What goes where in the train dir is train_dir.py's; the records and plot are progress.py's; the
+checkpoint's lineage and inner-step counts are checkpoint_state.py's.
+"""
+
+import contextlib
+import os
+import shutil
+import time
+import uuid
+from typing import Any
+
+import tensorflow as tf
+from absl import logging
+
+from task_specific_learned_opt import checkpoints, files
+from task_specific_learned_opt.distributed import (
+  checkpoint_state,
+  chief_update,
+  progress,
+  stopping,
+)
+from task_specific_learned_opt.distributed import outer_training as outer_lib
+from task_specific_learned_opt.distributed import train_dir as train_dir_lib
+
+
+class ChiefFiles:
+  """The chief's state on disk and its records: restore at start, save on a timer and at exit."""
+
+  def __init__(
+    self,
+    train_dir: str,
+    chief: chief_update.Chief,
+    setup: outer_lib.OuterTraining,
+    title: str,
+    resume_changed_experiment: bool = False,
+    **checkpoint_items: Any,
+  ):
+    """Restores the latest checkpoint of `train_dir` into `chief` (and `checkpoint_items`).
+
+    Args:
+      train_dir: where everything is written.
+      chief: the experiment's chief (outer_training.make_chief), as initialised.
+      setup: the experiment.
+      title: the plot's title (the batch size is added).
+      resume_changed_experiment: resume a train dir that holds another experiment (same theta
+        shapes, other gin bindings) on purpose; the change is logged and recorded.
+      **checkpoint_items: what the mode saves besides the chief (trackables, or nests of them,
+        as tf.train.Checkpoint takes).
+
+    Raises:
+      train_dir.ExperimentChangedError: the train dir holds another experiment; nothing is
+        changed.
+      train_dir.CheckpointError: see checkpoint_state.restore.
+    """
+    tf.io.gfile.makedirs(train_dir)
+    self.train_dir, self.chief, self.setup = train_dir, chief, setup
+    self.lineage = checkpoint_state.Lineage(chief)
+    self.inner_steps = checkpoint_state.InnerSteps()
+    self.title = f"{title}, batch {chief.batch_size}"
+    self.checkpoint = tf.train.Checkpoint(
+      **chief.checkpoint_items(),
+      lineage=self.lineage,
+      inner_steps=self.inner_steps,
+      **checkpoint_items,
+    )
+    self.manager = tf.train.CheckpointManager(
+      self.checkpoint,
+      os.path.join(train_dir, checkpoints.CHECKPOINT_DIRNAME),
+      setup.keep_checkpoints,
+    )
+    record = outer_lib.experiment_record(chief.theta_numpy())
+    change = None
+    if self.manager.latest_checkpoint is not None:  # Else nothing to resume.
+      change = train_dir_lib.resumable_change(train_dir, record, resume_changed_experiment)
+    checkpoint_state.restore(self.checkpoint, self.manager)
+    train_dir_lib.write_experiment(train_dir, record, change, chief.step)
+    self.recorder = progress.Recorder(train_dir)
+    self._forget_after(chief.step)
+    self.start_time = self.last_save = time.time()
+    self.start_step = chief.step
+    self.start_inner_steps = self.inner_steps.total
+
+  def _forget_after(self, outer_step: int) -> None:
+    """Forgets what was written after the checkpoint: records, snapshots, finished.json."""
+    self.recorder.forget_after(outer_step)
+    for step, directory in train_dir_lib.snapshots(self.train_dir).items():
+      if step > outer_step:  # Thetas of a branch a restart dropped.
+        shutil.rmtree(directory, ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):  # A run that goes on is not finished.
+      os.remove(os.path.join(self.train_dir, train_dir_lib.FINISHED_FILENAME))
+
+  def snapshot(self, final: bool = False) -> str | None:
+    """Keeps theta in theta_history/ if this step is due (or `final`); returns its directory.
+
+    A snapshot is written under a temporary name and renamed, so a reader never sees half of
+    one; a step already kept is not rewritten.
+    """
+    every, step = self.setup.snapshot_every, self.chief.step
+    if every is None or (step % every and not final):
+      return None
+    directory = train_dir_lib.snapshot_dir(self.train_dir, step)
+    if os.path.exists(directory):
+      return directory
+    partial = directory + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    checkpoints.save_theta(
+      partial,
+      self.chief.theta(),
+      info={
+        "outer_step": step,
+        "inner_steps": self.inner_steps.total,
+        "snapshot_id": uuid.uuid4().hex,
+        "time": time.time(),
+      },
+    )
+    os.replace(partial, directory)
+    return directory
+
+  def finish(self) -> None:
+    """The run reached its last outer step or its budget: last snapshot, finished.json."""
+    self.snapshot(final=True)
+    files.write_json(
+      os.path.join(self.train_dir, train_dir_lib.FINISHED_FILENAME),
+      {"outer_step": self.chief.step, "inner_steps": self.inner_steps.total},
+      indent=None,
+    )
+
+  def save(self) -> None:
+    """Checkpoint, theta export, operative config and plot (SIGTERM/Ctrl-C wait for it).
+
+    Raises:
+      train_dir.CheckpointError: something could not be written (disk full, permissions).
+    """
+    step = self.chief.step
+    with stopping.interrupts_deferred():
+      try:
+        self.manager.save(checkpoint_number=step)
+        checkpoints.save_theta(
+          os.path.join(self.train_dir, checkpoints.THETA_DIRNAME),
+          self.chief.theta(),
+          info={"outer_step": step},
+        )
+        checkpoints.write_operative_config(self.train_dir)
+        self.recorder.plot(self.title)
+        self.recorder.writer.flush()
+      except (OSError, tf.errors.OpError) as e:
+        raise train_dir_lib.CheckpointError(
+          f"Could not save outer step {step} in {self.train_dir}: "
+          f"{' '.join(str(e).split())[:300]}. The last complete checkpoint is "
+          f"{self.manager.latest_checkpoint}; free space or fix the permissions and run the same "
+          "command to resume from it."
+        ) from e
+    self.last_save = time.time()
+    logging.info("Saved checkpoint and theta at outer step %d in %s.", step, self.train_dir)
+
+  def save_if_due(self) -> None:
+    """Saves (see `save`) if checkpoint_every_secs have passed since the last save."""
+    if time.time() - self.last_save >= self.setup.checkpoint_every_secs:
+      self.save()
+
+  def budget_reached(self) -> bool:
+    """Whether the inner steps taken have reached outer_training.max_inner_steps (if set)."""
+    budget = self.setup.max_inner_steps
+    return budget is not None and self.inner_steps.total >= budget
+
+  def record(self, stats: dict, samples_done: int) -> dict:
+    """Adds the step, rates, inner steps and elapsed time to `stats`, records them, logs a line."""
+    step, total = self.chief.step, self.setup.num_outer_steps
+    elapsed = time.time() - self.start_time
+    stats.update(
+      outer_step=step,
+      samples_per_second=samples_done / max(elapsed, 1e-9),
+      elapsed_seconds=elapsed,
+      inner_steps=self.inner_steps.total,
+      inner_steps_per_worker={str(k): v for k, v in sorted(self.inner_steps.per_worker.items())},
+    )
+    self.recorder.record(stats)
+    if step % self.setup.log_every == 0 or step == total:
+      progress.log_line(stats, total, self._eta_seconds(elapsed))
+    return stats
+
+  def _eta_seconds(self, elapsed: float) -> float:
+    """Time to the last outer step at this run's rate, or to the inner-step budget if sooner."""
+    steps_per_second = (self.chief.step - self.start_step) / max(elapsed, 1e-9)
+    eta = (self.setup.num_outer_steps - self.chief.step) / max(steps_per_second, 1e-9)
+    if self.setup.max_inner_steps is not None:  # The budget may end the run first.
+      rate = (self.inner_steps.total - self.start_inner_steps) / max(elapsed, 1e-9)
+      left = max(self.setup.max_inner_steps - self.inner_steps.total, 0)
+      eta = min(eta, left / max(rate, 1e-9))
+    return eta

@@ -1,0 +1,307 @@
+"""The worker's truncation step (paper App. C): one (g_rp, g_es) sample per truncation.
+
+A worker keeps one inner-training run going across truncations: its task, the inner optimizer
+state (params, momenta, inner step t). Each truncation:
+  1. K from the curriculum at the current outer step, capped at the steps left before the
+     horizon (10,000 inner steps);
+  2. one perturbation e ~ N(0, sigma^2 I); the + and - unrolls of K steps on identical data;
+  3. the sample (g_rp, g_es, L+, L-, theta version, K); the + unroll's end state is kept;
+  4. past the horizon, the next truncation starts a new task (new classes, new weights, zero
+     momenta, t = 0).
+With `stagger=True` a worker's first inner run is cut at a fraction u ~ U(0, 1] of the horizon
+(u from the worker's seed), so workers that start together drift apart: after their first reset
+their inner runs are at independent points of the horizon, as the paper's asynchronous workers
+are, and a batch's samples no longer all share their inner step.
+Every random choice comes from seeds derived from (seed, worker id, task index, truncation
+index), so a sample is reproducible from theta, the worker state and the seed.
+
+Persistent ES (`persistent=True`, set from the chief's estimator "pes" or "pes_merged"; beyond
+the paper, outer/pes.py and docs/pes.md): the worker keeps the - unroll's state too, and each
+unroll continues its own trajectory; it keeps xi, the sum of the perturbations drawn since the
+inner run started, and sends g_pes = (L+ - L-) / (2 sigma^2) * xi in the sample's g_es field.
+g_rp stays the gradient of this truncation through both unrolls from their own start states.
+All three reset with the inner run at the horizon. Memory: two inner states are carried between
+truncations instead of one (a truncation computes with two in either mode), plus xi, one more
+copy of theta.
+"""
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from task_specific_learned_opt import nests, random_seeds
+from task_specific_learned_opt.distributed import base
+from task_specific_learned_opt.learned_optimizers import base as lopt_base
+from task_specific_learned_opt.optimizers import base as opt_base
+from task_specific_learned_opt.outer import antithetic, pes, schedules, truncated_unroll
+from task_specific_learned_opt.tasks import base as task_base
+
+HORIZON = 10000  # Paper App. D.3: inner problems are trained for 10k steps, then reset.
+SIGMA = 0.1  # Paper Sec. 3: sigma^2 = 0.01.
+_SAMPLE_FNS = {}
+
+
+class WorkerState(NamedTuple):
+  """Everything a worker carries between truncations (all of it checkpointable)."""
+
+  task_index: int  # Tasks this worker has started; the current one is task_index - 1.
+  truncation_index: int  # Truncations this worker has run.
+  inner_state: Any  # The inner optimizer state (PES: the + unroll's); None: start a new task.
+  minus_state: Any = None  # PES only: the - unroll's inner state.
+  accumulator: pes.Accumulator | None = None  # PES only: xi and the truncations since the reset.
+
+
+@gin.configurable(denylist=["worker_id", "persistent"])
+class Worker:
+  """Produces samples from truncated antithetic unrolls of its own inner-training run.
+
+  With `persistent=True` (PES) it carries two inner states between truncations instead of one,
+  and the sum of its perturbations.
+  """
+
+  def __init__(
+    self,
+    family: task_base.TaskFamily,
+    lopt: lopt_base.LearnedOptimizer,
+    worker_id: int = 0,
+    seed: int = 0,
+    sigma: float = SIGMA,
+    objective: str = "train",
+    horizon: int = HORIZON,
+    schedule: schedules.TruncationSchedule | None = None,
+    recompute: bool = True,
+    persistent: bool = False,
+    stagger: bool = False,
+  ):
+    """Makes a worker.
+
+    Args:
+      family: the task family inner problems are sampled from.
+      lopt: the learned optimizer being outer-trained.
+      worker_id: this worker's index (it changes every seed it uses).
+      seed: the experiment's seed.
+      sigma: standard deviation of the ES perturbation (sigma^2 = 0.01 in the paper).
+      objective: "train" (L_train) or "valid" (L_valid).
+      horizon: inner steps before an inner problem is reset (10,000).
+      schedule: truncation lengths; the paper's LinearCurriculum by default.
+      recompute: chunks rerun in the backward pass (memory ~ K^(1/3) with two levels).
+      persistent: run persistent ES and send g_pes in the place of g_es. Not a gin parameter:
+        local mode and the cluster's workers set it from the experiment's estimator
+        (`outer_training.estimator`), the one binding that also sets the chief's merge.
+      stagger: cut the first inner run at u * horizon, u ~ U(0, 1] from the worker's seed, so
+        workers started together reach their resets at different times (module docstring).
+
+    Raises:
+      ValueError: an unknown objective.
+    """
+    if objective not in truncated_unroll.OBJECTIVES:
+      raise ValueError(
+        f"Unknown objective {objective!r}; expected one of {truncated_unroll.OBJECTIVES}."
+      )
+    self.family = family
+    self.lopt = lopt
+    self.worker_id = int(worker_id)
+    self.seed = random_seeds.fold_in(random_seeds.as_seed(seed), self.worker_id)
+    self.sigma = float(sigma)
+    self.objective = objective
+    self.horizon = int(horizon)
+    self.schedule = schedule if schedule is not None else schedules.LinearCurriculum()
+    self.recompute = bool(recompute)
+    self.persistent = bool(persistent)
+    self.stagger = bool(stagger)
+    self._task: task_base.Task | None = None
+    self._task_index: int | None = None
+
+  def initial_state(self) -> WorkerState:
+    """The state of a worker that has not started: its first step starts a task."""
+    return WorkerState(task_index=0, truncation_index=0, inner_state=None)
+
+  def task_seed(self, task_index: int) -> tf.Tensor:
+    """The seed of this worker's `task_index`-th task: its classes, init and data.
+
+    Args:
+      task_index: which of this worker's tasks, counting from 0.
+
+    Returns:
+      An int32 [2] seed; fold_in(., 0) seeds the task's init and fold_in(., 1) its data.
+    """
+    return random_seeds.fold_in(random_seeds.fold_in(self.seed, 1), task_index)
+
+  def task(self, task_index: int) -> task_base.Task:
+    """This worker's `task_index`-th task (the last one is kept in memory).
+
+    Args:
+      task_index: which of this worker's tasks, counting from 0.
+
+    Returns:
+      The task the family samples with task_seed(task_index).
+    """
+    if self._task_index != task_index:
+      self._task = self.family.sample(self.task_seed(task_index))
+      self._task_index = task_index
+    return self._task
+
+  def new_inner_state(self, theta: nests.Theta, task_index: int) -> opt_base.OptState:
+    """A fresh inner run: the task's initial params, zero optimizer accumulators, t = 0.
+
+    Args:
+      theta: the meta-parameters whose optimizer makes the state (opt_fn(theta).init).
+      task_index: which of this worker's tasks the run trains.
+
+    Returns:
+      The learned optimizer's initial state for the task's initial parameters.
+    """
+    params = self.task(task_index).init_params(random_seeds.fold_in(self.task_seed(task_index), 0))
+    return self.lopt.opt_fn(theta).init(params)
+
+  def _compiled(
+    self, task: task_base.Task
+  ) -> Callable[..., antithetic.TruncationSample | antithetic.PESTruncationSample]:
+    # Workers of one process with the same configuration share one trace: the task's data is an
+    # argument, so any task of the family runs through it. The start is (inner state,) for a
+    # truncated-ES worker and (+ state, - state, accumulator) for a persistent one.
+    key = (
+      id(self.family),
+      id(self.lopt),
+      self.sigma,
+      self.objective,
+      self.recompute,
+      self.persistent,
+    )
+    if key not in _SAMPLE_FNS:
+      template, lopt, sigma, objective, recompute = task, self.lopt, *key[2:5]
+      sample = antithetic.pes_truncation_sample if self.persistent else antithetic.truncation_sample
+
+      @tf.function(autograph=False, reduce_retracing=True)
+      def sample_fn(
+        theta: nests.Theta,
+        start: tuple,
+        task_data: Any,
+        num_steps: tf.Tensor,
+        data_seed: tf.Tensor,
+        perturbation_seed: tf.Tensor,
+      ) -> antithetic.TruncationSample | antithetic.PESTruncationSample:
+        return sample(
+          truncated_unroll.Unroll(template.with_data(task_data), lopt, objective, recompute),
+          theta,
+          *start,
+          num_steps,
+          data_seed,
+          perturbation_seed,
+          sigma,
+        )
+
+      # Holding the family and lopt keeps their ids from being reused by other objects.
+      _SAMPLE_FNS[key] = (sample_fn, self.family, lopt)
+    return _SAMPLE_FNS[key][0]
+
+  def _start_task(self, theta: nests.Theta, state: WorkerState) -> WorkerState:
+    """`state` with a new task's inner run started (both unrolls' states and xi for PES)."""
+    inner_state = self.new_inner_state(theta, state.task_index)
+    if not self.persistent:
+      return WorkerState(state.task_index + 1, state.truncation_index, inner_state)
+    return WorkerState(
+      state.task_index + 1,
+      state.truncation_index,
+      inner_state,
+      minus_state=inner_state,
+      accumulator=pes.initial_state(theta),
+    )
+
+  def run_horizon(self, task_index: int) -> int:
+    """The inner steps of this worker's `task_index`-th run: the horizon, or less if staggered.
+
+    Args:
+      task_index: which of this worker's tasks, counting from 0.
+
+    Returns:
+      The horizon; with `stagger`, the first run's is ceil(u * horizon), u ~ U(0, 1] drawn
+      from the worker's seed.
+    """
+    if not self.stagger or task_index > 0:
+      return self.horizon
+    u = 1.0 - schedules.truncation_uniform(random_seeds.fold_in(self.seed, 4))  # In (0, 1].
+    return max(1, int(np.ceil(u * self.horizon)))
+
+  def truncation_length(self, outer_step: int, state: WorkerState, inner_step: int) -> int:
+    """K for this truncation: the schedule at `outer_step`, jittered, capped at the run's end.
+
+    Args:
+      outer_step: the outer step of the theta the truncation runs at (the curriculum's clock).
+      state: the worker's state (after its current task started); its truncation index seeds
+        the jitter.
+      inner_step: the inner step t0 the truncation starts from.
+
+    Returns:
+      K >= 1, at most run_horizon - inner_step (the steps left in the current inner run).
+    """
+    truncation_seed = random_seeds.fold_in(
+      random_seeds.fold_in(self.seed, 2), state.truncation_index
+    )
+    u = schedules.truncation_uniform(truncation_seed)
+    steps_left = self.run_horizon(state.task_index - 1) - int(inner_step)
+    return self.schedule.length(int(outer_step), u, steps_left)
+
+  def step(
+    self, theta: nests.Theta, theta_version: int, state: WorkerState
+  ) -> tuple[base.Sample, WorkerState]:
+    """One truncation at `theta` (published at outer step `theta_version`).
+
+    Args:
+      theta: the meta-parameters (a nest of tensors or arrays).
+      theta_version: the outer step theta was published at (the sample carries it).
+      state: the worker's state after its previous truncation.
+
+    Returns:
+      (the sample, with theta-shaped estimates flattened; the worker's next state). A
+      persistent worker's sample carries g_pes in its g_es field.
+    """
+    theta = tf.nest.map_structure(tf.convert_to_tensor, theta)
+    # A persistent worker given a state without the - unroll (e.g. of a run that was not
+    # persistent) starts a new task rather than invent a - trajectory.
+    if state.inner_state is None or (self.persistent and state.accumulator is None):
+      state = self._start_task(theta, state)
+    task_index = state.task_index - 1
+    task = self.task(task_index)
+    inner_step = int(state.inner_state.iteration)
+    num_steps = self.truncation_length(theta_version, state, inner_step)
+    perturbation_seed = random_seeds.fold_in(
+      random_seeds.fold_in(self.seed, 3), state.truncation_index
+    )
+    data_seed = random_seeds.fold_in(self.task_seed(task_index), 1)
+    args = (task.data, tf.constant(num_steps, tf.int32), data_seed, perturbation_seed)
+    done = inner_step + num_steps >= self.run_horizon(task_index)
+    if self.persistent:
+      accumulator = tf.nest.map_structure(tf.convert_to_tensor, state.accumulator)
+      start = (state.inner_state, state.minus_state, accumulator)
+      result = self._compiled(task)(theta, start, *args)
+      g_es = result.g_pes
+      next_state = WorkerState(
+        task_index=state.task_index,
+        truncation_index=state.truncation_index + 1,
+        inner_state=None if done else result.state_plus,
+        minus_state=None if done else result.state_minus,
+        accumulator=None if done else result.accumulator,
+      )
+    else:
+      result = self._compiled(task)(theta, (state.inner_state,), *args)
+      g_es = result.g_es
+      next_state = WorkerState(
+        task_index=state.task_index,
+        truncation_index=state.truncation_index + 1,
+        inner_state=None if done else result.state,
+      )
+    sample = base.Sample(
+      g_rp=nests.flatten_numpy(result.g_rp),
+      g_es=nests.flatten_numpy(g_es),
+      loss_plus=float(result.loss_plus),
+      loss_minus=float(result.loss_minus),
+      theta_version=int(theta_version),
+      num_steps=num_steps,
+      inner_step=inner_step,
+      worker_id=self.worker_id,
+    )
+    return sample, next_state

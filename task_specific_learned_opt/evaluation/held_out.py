@@ -1,0 +1,215 @@
+"""Evaluation on held-out tasks: candidates beside per-task tuned baselines (Sec. 4.4, Fig. 6).
+
+`evaluate` (bin/eval) and `compare_with_tuned_baseline` (bin/train_local's final comparison)
+gather the candidates (exported thetas, fixed hand-designed optimizers, a random search's
+winners), build the held-out protocol (protocol.py) from their gin parameters and call
+`run_evaluation`: every candidate and every tuned baseline (tuning.py) on the same runs
+(running.py), then the files, plots and printed comparisons (reporting.py).
+"""
+
+from collections.abc import Mapping, Sequence
+
+import gin
+
+from task_specific_learned_opt import checkpoints, files, nests
+from task_specific_learned_opt.evaluation import candidates as candidates_lib
+from task_specific_learned_opt.evaluation import protocol as protocol_lib
+from task_specific_learned_opt.evaluation import reporting, running, tuning
+from task_specific_learned_opt.learned_optimizers import base as lopt_base
+from task_specific_learned_opt.optimizers import base as opt_base
+from task_specific_learned_opt.tasks import base as task_base
+
+
+def run_evaluation(
+  output_dir: str,
+  protocol: protocol_lib.HeldOutProtocol,
+  candidates: Sequence[candidates_lib.Candidate],
+  learned_names: Sequence[str],
+  tuned_baselines: Sequence[str],
+  learning_rates: Sequence[float] = tuning.LEARNING_RATES,
+  searched_objectives: Mapping[str, str] | None = None,
+) -> dict:
+  """Candidates and per-task tuned baselines on the same runs; files, plots and a summary.
+
+  Each kind of `tuned_baselines` gives two baselines, its learning rate tuned per task on
+  training and on validation loss. The train-loss panel draws the learned and fixed candidates
+  and the baselines tuned on training loss, and each learned candidate is compared with those on
+  mean_loss; the test-loss panel and the comparisons on mean_test_loss use the baselines tuned on
+  validation loss.
+
+  Args:
+    output_dir: where the results and plots go.
+    protocol: the held-out tasks, inits, steps and seeds.
+    candidates: learned, fixed and searched optimizers (distinct names).
+    learned_names: the candidates compared with every baseline of their panel (Fig. 6c).
+    tuned_baselines: BASELINES kinds whose learning rate is tuned per task on `learning_rates`.
+    learning_rates: the grid.
+    searched_objectives: {candidate name: "train" or "valid"}: the candidates that are baselines
+      tuned on that objective (a random search's winners); other candidates are in both panels.
+
+  Returns:
+    The evaluation: running.evaluate_candidates' arrays, "tuned_learning_rates", "panels" and
+    "panel_baselines" ({"train": names, "test": names}), "comparisons" and "paths".
+
+  Raises:
+    ValueError: an objective of `searched_objectives` is neither "train" nor "valid".
+  """
+  searched_objectives = dict(searched_objectives or {})
+  for name, objective in searched_objectives.items():
+    if objective not in tuning.TUNING_METRICS:
+      raise ValueError(
+        f"{name} was tuned on {objective!r}; expected one of {tuple(tuning.TUNING_METRICS)}."
+      )
+  evaluation = running.evaluate_candidates(protocol, candidates)
+  results, rates, objectives = tuning.tune_each_kind(protocol, tuned_baselines, learning_rates)
+  evaluation["results"].update(results)
+  evaluation["tuned_learning_rates"] = rates
+  objectives.update(
+    {c.name: searched_objectives[c.name] for c in candidates if c.name in searched_objectives}
+  )
+  both = [c.name for c in candidates if c.name not in objectives]
+  reporting.assign_panels(evaluation, both, objectives)
+  comparisons = reporting.comparisons(evaluation, learned_names)
+  paths = reporting.write(evaluation, output_dir, protocol.title(), comparisons)
+  evaluation["comparisons"], evaluation["paths"] = comparisons, paths
+  reporting.print_summary(evaluation, protocol.num_steps)
+  return evaluation
+
+
+def _search_objective(path: str) -> str:
+  """The objective ("train" or "valid") a random search's best.json was tuned on."""
+  return files.read_json(path)["signature"]["objective"]
+
+
+def _learned(
+  lopt: lopt_base.LearnedOptimizer | None, thetas: Mapping[str, str] | None
+) -> list[candidates_lib.Candidate]:
+  """The theta exports of `thetas` ({name: directory}) as candidates of `lopt`."""
+  if thetas and lopt is None:
+    raise ValueError("Evaluating a theta needs evaluate.lopt (the learned optimizer) in gin.")
+  return [
+    candidates_lib.learned(name, lopt, checkpoints.load_theta(directory, lopt))
+    for name, directory in (thetas or {}).items()
+  ]
+
+
+@gin.configurable(denylist=["output_dir", "thetas", "searched"])
+def evaluate(
+  output_dir: str,
+  thetas: Mapping[str, str] | None = None,
+  searched: Sequence[str] = (),
+  family: task_base.TaskFamily = gin.REQUIRED,
+  lopt: lopt_base.LearnedOptimizer | None = None,
+  optimizers: Mapping[str, opt_base.Optimizer] | None = None,
+  tuned_baselines: Sequence[str] = ("adam",),
+  learning_rates: Sequence[float] = tuning.LEARNING_RATES,
+  num_tasks: int = 100,
+  num_inits: int = 5,
+  num_steps: int = 10000,
+  num_points: int = 30,
+  num_eval_batches: int = 5,
+  seed: int = 0,
+  num_average_points: int = protocol_lib.NUM_AVERAGE_POINTS,
+) -> dict:
+  """bin/eval: exported thetas and baselines on held-out tasks of `family`; files and plots.
+
+  Args:
+    output_dir: where the results and plots go.
+    thetas: {name: theta export directory} of `lopt`.
+    searched: best.json files of random searches (bin/tune_baselines); their winners (the
+      paper's Adam+Reg+Decay curves) are baselines tuned on the search's objective: L_train
+      winners in the train-loss panel and comparisons, L_valid winners in the test-loss ones.
+    family: the held-out tasks (e.g. the outer-test classes).
+    lopt: the learned optimizer the thetas belong to.
+    optimizers: {name: hand-designed optimizer with fixed hyper-parameters}.
+    tuned_baselines: BASELINES kinds whose learning rate is tuned per task on `learning_rates`,
+      once on training loss and once on validation loss.
+    learning_rates: the grid (Sec. 4.4: 11 values log-spaced from 1e-4 to 10).
+    num_tasks: held-out tasks (Fig. 6c: 100).
+    num_inits: inner initialisations per task (5).
+    num_steps: inner steps per run (10,000; 100,000 for the longer-unroll experiment).
+    num_points: log-spaced steps of the curves.
+    num_eval_batches: batches averaged for each measurement.
+    seed: seeds the tasks, the inits and the data.
+    num_average_points: evenly spaced steps (step 0 excluded) whose validation and test losses
+      are averaged into mean_valid_loss and mean_test_loss (baseline_search.py's L_valid).
+
+  Returns:
+    The evaluation, with "panels", "comparisons" (each theta against each baseline of each
+    panel) and "paths".
+  """
+  candidates, searched_objectives = _learned(lopt, thetas), {}
+  candidates += [candidates_lib.fixed(name, opt) for name, opt in (optimizers or {}).items()]
+  for path in searched:
+    winners = candidates_lib.searched(path)
+    candidates += winners
+    searched_objectives.update({c.name: _search_objective(path) for c in winners})
+  protocol = protocol_lib.HeldOutProtocol(
+    family, num_tasks, num_inits, num_steps, num_points, num_eval_batches, seed, num_average_points
+  )
+  return run_evaluation(
+    output_dir,
+    protocol,
+    candidates,
+    list(thetas or {}),
+    tuned_baselines,
+    learning_rates,
+    searched_objectives,
+  )
+
+
+@gin.configurable(denylist=["output_dir", "lopt", "theta"])
+def compare_with_tuned_baseline(
+  output_dir: str,
+  lopt: lopt_base.LearnedOptimizer,
+  theta: nests.Theta,
+  family: task_base.TaskFamily = gin.REQUIRED,
+  baseline_kind: str = "adam",
+  learning_rates: Sequence[float] = tuning.LEARNING_RATES,
+  num_tasks: int = 5,
+  num_inits: int = 1,
+  num_steps: int = 500,
+  num_points: int = 20,
+  num_eval_batches: int = 5,
+  seed: int = 0,
+  num_average_points: int = protocol_lib.NUM_AVERAGE_POINTS,
+  thetas: Mapping[str, str] | None = None,
+) -> dict:
+  """A freshly trained theta against a learning-rate-tuned baseline on held-out tasks.
+
+  What bin/train_local runs at the end when `train_local.final_evaluation` names it. The
+  baseline's learning rate is tuned per task on training loss (compared on mean training loss,
+  printed first) and on validation loss (compared on mean test loss).
+
+  Args:
+    output_dir: where the results and plots go.
+    lopt: the learned optimizer `theta` belongs to.
+    theta: the trained meta-parameters (a nest of tensors or arrays).
+    family: the held-out tasks.
+    baseline_kind: the BASELINES kind whose learning rate is tuned per task.
+    learning_rates: the baseline's grid.
+    num_tasks: held-out tasks.
+    num_inits: inner initialisations per task.
+    num_steps: inner steps per run.
+    num_points: log-spaced steps of the curves.
+    num_eval_batches: batches averaged for each measurement.
+    seed: seeds the tasks, the inits and the data.
+    num_average_points: evenly spaced steps of mean_valid_loss and mean_test_loss.
+    thetas: {name: theta export directory} of `lopt` evaluated beside it on the same runs and
+      compared with the same baselines (e.g. a shipped theta, pretrained/<name>/theta).
+
+  Returns:
+    The evaluation, as `evaluate` returns it.
+  """
+  candidates = [candidates_lib.learned("learned", lopt, theta), *_learned(lopt, thetas)]
+  protocol = protocol_lib.HeldOutProtocol(
+    family, num_tasks, num_inits, num_steps, num_points, num_eval_batches, seed, num_average_points
+  )
+  return run_evaluation(
+    output_dir,
+    protocol,
+    candidates,
+    [c.name for c in candidates],
+    [baseline_kind],
+    learning_rates,
+  )

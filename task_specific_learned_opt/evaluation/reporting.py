@@ -1,0 +1,187 @@
+"""What an evaluation writes and prints: JSON, CSV, the curves, the histograms (Fig. 6, App. I).
+
+The train-loss panel of the curves, and the comparisons on mean_loss, use the baselines tuned on
+training loss; the test-loss panel, and the comparisons on mean_test_loss, those tuned on
+validation loss (tuning.py). Learned and fixed candidates are in both. The files:
+
+  evaluation.json          everything, per candidate [task, init, point] arrays, the panels;
+  evaluation.csv           one row per (candidate, task, init, step);
+  curves.png               median and 25/75 percentiles against steps (Fig. 6a/b) ...
+  curves_wallclock.png     ... and against wall-clock, steps rescaled by measured steps/s (App. I);
+  histogram_<metric>_<a>_vs_<b>.png
+                           per task, (baseline - learned) run-averaged loss (Fig. 6c).
+"""
+
+import csv
+import os
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from task_specific_learned_opt import files, plots
+from task_specific_learned_opt.evaluation import protocol as protocol_lib
+
+RESULTS_FILENAME = "evaluation.json"
+CSV_FILENAME = "evaluation.csv"
+CURVES_FILENAME = "curves.png"
+WALLCLOCK_FILENAME = "curves_wallclock.png"
+# Fig. 6a/b: the loss each panel of the curves plots -> the objective its baselines are tuned on;
+# and the run-averaged metric each panel's comparisons (Fig. 6c) are made on.
+PANEL_OBJECTIVES = {"train": "train", "test": "valid"}
+PANEL_METRICS = {"train": "mean_loss", "test": "mean_test_loss"}
+METRIC_NAMES = {
+  "mean_loss": "mean training loss",
+  "mean_valid_loss": "mean validation loss",
+  "mean_test_loss": "mean test loss",
+}
+_OBJECTIVE_NAMES = {"train": "training", "valid": "validation"}
+
+
+def compare(
+  evaluation: dict, learned_name: str, baseline_name: str, metric: str = "mean_loss"
+) -> dict:
+  """Per task, baseline minus learned `metric` (averaged over inits); who wins.
+
+  Args:
+    evaluation: an evaluation with both candidates in its "results".
+    learned_name: the learned optimizer.
+    baseline_name: the baseline.
+    metric: a run-averaged metric of METRIC_NAMES ("mean_loss": training loss).
+
+  Returns:
+    {"learned", "baseline", "metric", "metric_name", "difference": [num_tasks],
+     "learned_mean_loss" and "baseline_mean_loss": the metric's mean over tasks,
+     "fraction_learned_wins": the fraction of tasks with a positive difference}.
+  """
+  results = evaluation["results"]
+  learned_loss = np.asarray(results[learned_name][metric]).mean(axis=1)
+  baseline_loss = np.asarray(results[baseline_name][metric]).mean(axis=1)
+  difference = baseline_loss - learned_loss
+  return {
+    "learned": learned_name,
+    "baseline": baseline_name,
+    "metric": metric,
+    "metric_name": METRIC_NAMES[metric],
+    "difference": difference,
+    "learned_mean_loss": float(np.mean(learned_loss)),
+    "baseline_mean_loss": float(np.mean(baseline_loss)),
+    "fraction_learned_wins": float(np.mean(difference > 0)),
+  }
+
+
+def assign_panels(evaluation: dict, both: Sequence[str], objectives: Mapping[str, str]) -> None:
+  """Sets evaluation["panel_baselines"] and evaluation["panels"] ({"train": names, "test": ...}).
+
+  Args:
+    evaluation: the evaluation to complete.
+    both: the candidates drawn in both panels (learned and fixed ones).
+    objectives: {baseline name: the objective it is tuned on}, in the order they are drawn.
+  """
+  evaluation["panel_baselines"] = {
+    panel: [name for name, o in objectives.items() if o == objective]
+    for panel, objective in PANEL_OBJECTIVES.items()
+  }
+  evaluation["panels"] = {
+    panel: list(both) + names for panel, names in evaluation["panel_baselines"].items()
+  }
+
+
+def comparisons(evaluation: dict, learned_names: Sequence[str]) -> list[dict]:
+  """Each learned candidate against each baseline of each panel, on the panel's metric."""
+  return [
+    compare(evaluation, learned, baseline, PANEL_METRICS[panel])
+    for panel, baseline_names in evaluation["panel_baselines"].items()
+    for learned in learned_names
+    for baseline in baseline_names
+  ]
+
+
+def panel_titles(evaluation: dict) -> dict[str, str]:
+  """The titles of the curves' panels: the loss each plots and the baselines it uses.
+
+  Args:
+    evaluation: an evaluation with "panel_baselines" ({panel: baseline names}).
+  """
+  titles = {}
+  for panel, objective in PANEL_OBJECTIVES.items():
+    names = evaluation.get("panel_baselines", {}).get(panel, [])
+    titles[panel] = (
+      f"{panel} loss; baselines tuned on {_OBJECTIVE_NAMES[objective]} loss: "
+      f"{', '.join(names) or 'none'}"
+    )
+  return titles
+
+
+def write(evaluation: dict, output_dir: str, title: str, comparisons: Sequence[dict] = ()) -> dict:
+  """JSON, CSV and PNG plots in `output_dir`; returns {what: path}.
+
+  Args:
+    evaluation: as held_out.run_evaluation makes it (steps, results, panels, ...).
+    output_dir: where the files go.
+    title: the curves' title.
+    comparisons: `compare` results, one histogram each.
+  """
+  paths = {
+    "json": os.path.join(output_dir, RESULTS_FILENAME),
+    "csv": os.path.join(output_dir, CSV_FILENAME),
+    "curves": os.path.join(output_dir, CURVES_FILENAME),
+    "curves_wallclock": os.path.join(output_dir, WALLCLOCK_FILENAME),
+  }
+  files.write_json(paths["json"], {**evaluation, "comparisons": list(comparisons)}, indent=None)
+  write_csv(evaluation, paths["csv"])
+  titles = panel_titles(evaluation)
+  plots.plot_eval_curves(evaluation, paths["curves"], title, panel_titles=titles)
+  plots.plot_eval_curves(
+    evaluation,
+    paths["curves_wallclock"],
+    title + " (wall-clock)",
+    wallclock=True,
+    panel_titles=titles,
+  )
+  for c in comparisons:
+    metric = METRIC_NAMES[c.get("metric", "mean_loss")]
+    key = re.sub(r"[^A-Za-z0-9.=-]+", "_", f"histogram_{metric}_{c['baseline']}_vs_{c['learned']}")
+    paths[key] = os.path.join(output_dir, f"{key}.png")
+    plots.plot_histogram(c, paths[key])
+  return paths
+
+
+def write_csv(evaluation: dict, path: str) -> None:
+  """evaluation.csv: one row per (candidate, task, init, step) with every split's metrics."""
+  steps = evaluation["steps"]
+  metrics = [f"{split}_{m}" for split in protocol_lib.SPLITS for m in ("loss", "accuracy")]
+  with open(path, "w", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(["optimizer", "task", "init", "step", *metrics, "steps_per_second"])
+    for name, r in evaluation["results"].items():
+      num_tasks, num_inits = np.shape(r["mean_loss"])
+      for t in range(num_tasks):
+        for i in range(num_inits):
+          for p, step in enumerate(steps):
+            writer.writerow(
+              [name, t, i, int(step)]
+              + [float(r[k][t][i][p]) for k in metrics]
+              + [float(r["steps_per_second"][t][i])]
+            )
+
+
+def print_summary(evaluation: dict, num_steps: int) -> None:
+  """One line per comparison, one per panel (its baselines), and where the files are."""
+  for c in evaluation["comparisons"]:
+    print(
+      f"{c['learned']} vs {c['baseline']} on {len(c['difference'])} held-out tasks, "
+      f"{num_steps} steps: {c['metric_name']} {c['learned_mean_loss']:.4f} vs "
+      f"{c['baseline_mean_loss']:.4f}; the learned optimizer wins on "
+      f"{100 * c['fraction_learned_wins']:.0f}% of them",
+      flush=True,
+    )
+  for panel, objective in PANEL_OBJECTIVES.items():
+    print(
+      f"The {panel}-loss panel of {CURVES_FILENAME} and the {METRIC_NAMES[PANEL_METRICS[panel]]} "
+      f"comparisons use the baselines tuned on {_OBJECTIVE_NAMES[objective]} loss: "
+      f"{', '.join(evaluation['panel_baselines'][panel]) or 'none'}",
+      flush=True,
+    )
+  paths = evaluation["paths"]
+  print(f"Evaluation: {paths['json']}; plots: {paths['curves']}", flush=True)

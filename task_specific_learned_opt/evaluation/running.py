@@ -1,0 +1,249 @@
+"""Running candidate optimizers on the held-out protocol's runs: per-step losses and metrics.
+
+`evaluate_run` trains one task from one initialisation with one candidate (an exported theta, a
+hand-designed optimizer, a search's winner; candidates.py) and measures train, validation and
+test loss and accuracy at given steps, and the training speed. `evaluate_candidates` does that
+for every run of the protocol (protocol.py) and every candidate, on the same tasks, inits and
+data, and adds per run:
+
+  mean_loss        the mean minibatch training loss over the run;
+  mean_valid_loss  the mean validation loss at the evenly spaced steps (step 0 excluded): the
+                   L_valid of baseline_search.py, so a search's L_valid and an evaluation's agree;
+  mean_test_loss   the mean test loss at the same steps.
+
+The compiled functions of a (family, candidate kind) pair take the task's data and the
+candidate's values as arguments, so every task and every grid value reuses one trace.
+"""
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from task_specific_learned_opt import inner_training, random_seeds
+from task_specific_learned_opt.evaluation import candidates as candidates_lib
+from task_specific_learned_opt.evaluation import protocol as protocol_lib
+from task_specific_learned_opt.optimizers import base as opt_base
+from task_specific_learned_opt.tasks import base as task_base
+
+# A Candidate's `make`: its values (theta, or hyper-parameters, a nest of tensors) -> Optimizer.
+_Make = Callable[[Any], opt_base.Optimizer]
+
+
+class _Compiled:
+  """The compiled functions of one (family, make) pair: task data and values are arguments."""
+
+  def __init__(self, template: task_base.Task, make: _Make, num_eval_batches: int):
+    """Wraps (but does not yet trace) init, run and the metrics of each split.
+
+    Args:
+      template: a task of the family; the compiled functions read other tasks' data through it.
+      make: the candidates' values -> Optimizer.
+      num_eval_batches: batches averaged by each metrics function.
+    """
+
+    def task_opt(task_data: Any, values: Any) -> tuple[task_base.Task, opt_base.Optimizer]:
+      return template.with_data(task_data), make(values)
+
+    @tf.function(autograph=False, reduce_retracing=True)
+    def init(task_data: Any, values: Any, seed: tf.Tensor) -> opt_base.OptState:
+      task, opt = task_opt(task_data, values)
+      return opt.init(task.init_params(seed))
+
+    @tf.function(autograph=False, reduce_retracing=True)
+    def run(
+      task_data: Any,
+      values: Any,
+      state: opt_base.OptState,
+      first: tf.Tensor,
+      num_steps: tf.Tensor,
+      seed: tf.Tensor,
+    ) -> tuple[opt_base.OptState, tf.Tensor]:
+      task, opt = task_opt(task_data, values)
+      return inner_training.unroll(task, opt, state, num_steps, seed, first)
+
+    def metrics_fn(split: str) -> Callable[..., tuple[tf.Tensor, tf.Tensor]]:
+      @tf.function(autograph=False, reduce_retracing=True)
+      def metrics(
+        task_data: Any, values: Any, state: opt_base.OptState, seed: tf.Tensor
+      ) -> tuple[tf.Tensor, tf.Tensor]:
+        task, opt = task_opt(task_data, values)
+        params = opt.get_params(state)
+        losses, accuracies = [], []
+        for i in range(num_eval_batches):
+          batch = task.batch(split, random_seeds.fold_in(seed, i))
+          losses.append(task.loss(params, batch))
+          if hasattr(task, "accuracy"):
+            accuracies.append(task.accuracy(params, batch))
+        accuracy = tf.reduce_mean(accuracies) if accuracies else tf.constant(np.nan)
+        return tf.reduce_mean(losses), accuracy
+
+      return metrics
+
+    self.init, self.run = init, run
+    self.metrics = {split: metrics_fn(split) for split in ("train", "valid", "test")}
+
+
+_COMPILED = {}
+
+
+def _compiled(
+  family: task_base.TaskFamily, task: task_base.Task, make: _Make, num_eval_batches: int
+) -> _Compiled:
+  key = (id(family), id(make), num_eval_batches)
+  if key not in _COMPILED:
+    # Holding family and make keeps their ids from being reused by other objects.
+    _COMPILED[key] = (_Compiled(task, make, num_eval_batches), family, make)
+  return _COMPILED[key][0]
+
+
+def evaluate_run(
+  family: task_base.TaskFamily,
+  task: task_base.Task,
+  candidate: candidates_lib.Candidate,
+  num_steps: int,
+  seed: random_seeds.SeedLike,
+  points: np.ndarray,
+  num_eval_batches: int = 5,
+  splits: Sequence[str] = ("train", "test"),
+) -> dict:
+  """One inner run of `candidate` on `task`, measured at `points` (steps, starting with 0).
+
+  Args:
+    family: the family `task` belongs to (its tasks share compiled functions).
+    task: the inner problem.
+    candidate: the optimizer.
+    num_steps: inner steps of the run.
+    seed: the run's seed (params from fold_in(seed, 0), data from fold_in(seed, 1)).
+    points: increasing steps where the metrics are measured.
+    num_eval_batches: batches averaged for each measurement (the same batches every time).
+    splits: the splits measured ("train", "valid", "test").
+
+  Returns:
+    {"losses": [num_steps] clipped minibatch training losses (as inner_training.train),
+     "<split>_loss", "<split>_accuracy" for each of `splits`: [len(points)] arrays,
+     "steps_per_second": training speed, over every chunk but the first}.
+  """
+  compiled = _compiled(family, task, candidate.make, num_eval_batches)
+  seed = random_seeds.as_seed(seed)
+  init_seed, data_seed = random_seeds.fold_in(seed, 0), random_seeds.fold_in(seed, 1)
+  eval_seed = random_seeds.fold_in(seed, 2)
+  values = tf.nest.map_structure(tf.convert_to_tensor, candidate.values)
+  state = compiled.init(task.data, values, init_seed)
+  record = {f"{s}_{m}": [] for s in splits for m in ("loss", "accuracy")}
+  losses, timed_steps, timed_seconds, done = [], 0, 0.0, 0
+
+  def measure() -> None:
+    for split in splits:
+      i = ("train", "test", "valid").index(split)
+      loss, accuracy = compiled.metrics[split](
+        task.data, values, state, random_seeds.fold_in(eval_seed, i)
+      )
+      record[f"{split}_loss"].append(float(loss))
+      record[f"{split}_accuracy"].append(float(accuracy))
+
+  for point in points:
+    n = int(point) - done
+    if n > 0:
+      start = time.perf_counter()
+      state, chunk = compiled.run(
+        task.data, values, state, tf.constant(done), tf.constant(n), data_seed
+      )
+      chunk = chunk.numpy()
+      if done > 0:  # The first chunk (one step) may include tracing.
+        timed_steps, timed_seconds = timed_steps + n, timed_seconds + time.perf_counter() - start
+      losses.append(chunk)
+      done += n
+    measure()
+  result = {k: np.asarray(v) for k, v in record.items()}
+  result["losses"] = np.concatenate(losses) if losses else np.zeros([0])
+  result["steps_per_second"] = timed_steps / timed_seconds if timed_seconds else float("nan")
+  return result
+
+
+def evaluate_candidates(
+  protocol: protocol_lib.HeldOutProtocol, candidates: Sequence[candidates_lib.Candidate]
+) -> dict:
+  """Every candidate on the same tasks, inits and data of `protocol`.
+
+  Each run is measured on every split at the log-spaced curve steps and at the evenly spaced
+  steps of the run-averaged losses (one sorted set of points, `steps`).
+
+  Args:
+    protocol: the tasks, inits, steps and seeds.
+    candidates: the optimizers (distinct names).
+
+  Returns:
+    {"steps": every measured step, "average_steps": the evenly spaced ones, "results": {name:
+    arrays}}. Arrays: train/valid/test loss/accuracy [num_tasks, num_inits, len(steps)];
+    mean_loss [num_tasks, num_inits] (the mean minibatch training loss of the run);
+    mean_valid_loss and mean_test_loss [num_tasks, num_inits] (the mean over average_steps);
+    steps_per_second [num_tasks, num_inits].
+  """
+  averaged = protocol.average_steps()
+  points = protocol.points()
+  where = np.searchsorted(points, averaged)
+  results = {c.name: {} for c in candidates}
+  progress = _Progress(protocol.num_tasks * protocol.num_inits * len(candidates))
+  for t in range(protocol.num_tasks):
+    task = protocol.family.sample(protocol_lib.task_seed(protocol.seed, t))
+    for r in range(protocol.num_inits):
+      for c in candidates:
+        run = evaluate_run(
+          protocol.family,
+          task,
+          c,
+          protocol.num_steps,
+          protocol_lib.run_seed(protocol.seed, t, r),
+          points,
+          protocol.num_eval_batches,
+          protocol_lib.SPLITS,
+        )
+        means = _run_means(run, where)
+        for key, value in [*run.items(), *means.items()]:
+          if key != "losses":
+            results[c.name].setdefault(key, []).append(value)
+        progress.log(t, r, c.name, means, run["steps_per_second"])
+  shape = [protocol.num_tasks, protocol.num_inits]
+  for name in results:
+    results[name] = {
+      k: np.reshape(np.asarray(v), shape + list(np.shape(v[0]))) for k, v in results[name].items()
+    }
+  return {"steps": points, "average_steps": averaged, "results": results}
+
+
+def _run_means(run: dict, where: np.ndarray) -> dict[str, float]:
+  """A run's averages: its minibatch training loss, its validation and test loss at `where`."""
+  return {
+    "mean_loss": float(np.mean(run["losses"])),
+    "mean_valid_loss": float(np.mean(run["valid_loss"][where])),
+    "mean_test_loss": float(np.mean(run["test_loss"][where])),
+  }
+
+
+class _Progress:
+  """Logs each finished run of an evaluation with its averages and the time left."""
+
+  def __init__(self, total: int):
+    self.total, self.done, self.start = total, 0, time.time()
+
+  def log(self, t: int, r: int, name: str, means: dict, steps_per_second: float) -> None:
+    self.done += 1
+    rate = self.done / (time.time() - self.start)
+    logging.info(
+      "eval %d/%d: task %d init %d %s: mean train loss %.4f, mean valid loss %.4f, "
+      "mean test loss %.4f, %.0f steps/s; ETA %.0fs",
+      self.done,
+      self.total,
+      t,
+      r,
+      name,
+      means["mean_loss"],
+      means["mean_valid_loss"],
+      means["mean_test_loss"],
+      steps_per_second,
+      (self.total - self.done) / rate,
+    )

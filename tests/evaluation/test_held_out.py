@@ -1,0 +1,231 @@
+"""bin/eval and the final comparison: results, panels, comparisons, searched winners, files."""
+
+import json
+import os
+
+import gin
+import numpy as np
+import pytest
+
+from task_specific_learned_opt import checkpoints
+from task_specific_learned_opt.evaluation import (
+  baseline_search,
+  candidates,
+  held_out,
+  protocol,
+  running,
+)
+from task_specific_learned_opt.learned_optimizers import mlp_lopt
+from task_specific_learned_opt.optimizers import adam
+from task_specific_learned_opt.tasks import quadratic
+
+
+def _isotropic_quadratics(curvature):
+  """Quadratics with every curvature equal to h: SGD's best learning rate is exactly 1/h."""
+  return quadratic.QuadraticFamily(dim=4, min_curvature=curvature, max_curvature=curvature)
+
+
+def test_evaluate_writes_results_and_plots(tmp_path):
+  lopt = mlp_lopt.MLPLOpt()
+  checkpoints.save_theta(str(tmp_path / "theta"), lopt.init(0))
+  result = held_out.evaluate(
+    str(tmp_path / "eval"),
+    {"learned": str(tmp_path / "theta")},
+    family=quadratic.QuadraticFamily(dim=4),
+    lopt=lopt,
+    optimizers={"adam 1e-2": adam.Adam(1e-2)},
+    tuned_baselines=("adam",),
+    learning_rates=(1e-3, 1e-1),
+    num_tasks=3,
+    num_inits=2,
+    num_steps=30,
+    num_points=5,
+    num_eval_batches=1,
+  )
+  paths = result["paths"]
+  for key in ("curves", "curves_wallclock"):
+    assert os.path.getsize(paths[key]) > 5000
+  histograms = [k for k in paths if k.startswith("histogram")]
+  assert len(histograms) == 2 and all(os.path.getsize(paths[h]) > 5000 for h in histograms)
+  saved = json.load(open(paths["json"]))
+  on_train, on_valid = (
+    "adam (lr tuned per task on train loss)",
+    "adam (lr tuned per task on valid loss)",
+  )
+  assert set(saved["results"]) == {"learned", "adam 1e-2", on_train, on_valid}
+  assert set(saved["tuned_learning_rates"]) == {on_train, on_valid}
+  assert saved["panels"] == {
+    "train": ["learned", "adam 1e-2", on_train],
+    "test": ["learned", "adam 1e-2", on_valid],
+  }
+  for key in ("train_loss", "valid_loss", "test_loss"):
+    assert np.shape(saved["results"]["learned"][key]) == (3, 2, len(saved["steps"]))
+  for key in ("mean_loss", "mean_valid_loss", "mean_test_loss"):
+    assert np.shape(saved["results"][on_valid][key]) == (3, 2)
+  rows = open(paths["csv"]).read().splitlines()
+  assert len(rows) == 1 + 4 * 3 * 2 * len(saved["steps"])
+  assert "valid_loss" in rows[0].split(",")
+  assert [(c["baseline"], c["metric"]) for c in saved["comparisons"]] == [
+    (on_train, "mean_loss"),
+    (on_valid, "mean_test_loss"),
+  ]
+
+
+def test_the_winners_of_a_random_search_are_evaluated(tmp_path):
+  gin.clear_config()
+  gin.bind_parameter("baseline_search.family", quadratic.QuadraticFamily(dim=4))
+  gin.bind_parameter("baseline_search.num_tasks", 2)
+  gin.bind_parameter("baseline_search.num_steps", 10)
+  try:
+    best = baseline_search.tune_baselines(
+      str(tmp_path / "search"), mode="random_search", kinds=("adam", "sgdm"), num_configs=2
+    )
+  finally:
+    gin.clear_config()
+  winners = candidates.searched(str(tmp_path / "search" / baseline_search.BEST_FILENAME))
+  assert [c.name for c in winners] == ["adam+reg+decay (L_train)", "sgdm+reg+decay (L_train)"]
+  family = quadratic.QuadraticFamily(dim=4)
+  task = family.sample(protocol.task_seed(0, 0))
+  # The winner's objective is reproduced by evaluating it on the search's first run.
+  run = running.evaluate_run(
+    family, task, winners[0], 10, protocol.run_seed(0, 0, 0), np.array([0, 10]), 1
+  )
+  winner = best["best"]["adam"]["id"]
+  record = [
+    json.loads(line)
+    for line in open(tmp_path / "search" / baseline_search.RESULTS_FILENAME).read().splitlines()[1:]
+    if json.loads(line)["id"] == winner
+  ][0]
+  assert np.mean(run["losses"]) == pytest.approx(record["objective"][0][0], rel=1e-5)
+
+
+def _write_best(path, objective, learning_rate):
+  """A random search's best.json (as bin/tune_baselines writes it) with one Adam winner."""
+  hparams = {
+    "learning_rate": learning_rate,
+    "beta1": 0.9,
+    "beta2": 0.999,
+    "epsilon": 1e-8,
+    "linear_decay": 1e-5,
+    "exponential_decay": 1e-4,
+    "l1": 1e-6,
+    "l2": 1e-4,
+  }
+  signature = {
+    "mode": "random_search",
+    "family": "quadratic4",
+    "objective": objective,
+    "num_tasks": 2,
+    "num_inits": 1,
+    "num_steps": 10,
+    "seed": 0,
+  }
+  best = {"adam": {"id": "adam/3", "hparams": hparams, "objective": 1.0, "num_configurations": 4}}
+  path.write_text(json.dumps({"signature": signature, "best": best}))
+  return str(path)
+
+
+def test_search_winners_go_to_the_panel_and_comparison_of_their_objective(tmp_path, capsys):
+  lopt = mlp_lopt.MLPLOpt()
+  checkpoints.save_theta(str(tmp_path / "theta"), lopt.init(0))
+  searched = [  # The L_valid search first: panels follow the objective, not the order.
+    _write_best(tmp_path / "valid.json", "valid", 0.03),
+    _write_best(tmp_path / "train.json", "train", 0.3),
+  ]
+  result = held_out.evaluate(
+    str(tmp_path / "eval"),
+    {"learned": str(tmp_path / "theta")},
+    searched,
+    family=quadratic.QuadraticFamily(dim=4, noise_std=0.3),
+    lopt=lopt,
+    optimizers={"adam 1e-2": adam.Adam(1e-2)},
+    tuned_baselines=("adam",),
+    learning_rates=(1e-2, 1e-1),
+    num_tasks=3,
+    num_inits=2,
+    num_steps=20,
+    num_points=4,
+    num_eval_batches=1,
+    num_average_points=5,
+  )
+  on_train, on_valid = (
+    "adam (lr tuned per task on train loss)",
+    "adam (lr tuned per task on valid loss)",
+  )
+  l_train, l_valid = "adam+reg+decay (L_train)", "adam+reg+decay (L_valid)"
+  saved = json.load(open(result["paths"]["json"]))
+  assert saved["panels"] == {
+    "train": ["learned", "adam 1e-2", on_train, l_train],
+    "test": ["learned", "adam 1e-2", on_valid, l_valid],
+  }
+  assert saved["panel_baselines"] == {"train": [on_train, l_train], "test": [on_valid, l_valid]}
+  results = {name: {k: np.asarray(v) for k, v in r.items()} for name, r in saved["results"].items()}
+  comparisons = {c["baseline"]: c for c in saved["comparisons"]}
+  assert [c["baseline"] for c in saved["comparisons"]] == [on_train, l_train, on_valid, l_valid]
+  output = capsys.readouterr().out
+  for baseline, metric, name, histogram in (
+    (
+      on_train,
+      "mean_loss",
+      "mean training loss",
+      "mean_training_loss_adam_lr_tuned_per_task_on_train_loss",
+    ),
+    (l_train, "mean_loss", "mean training loss", "mean_training_loss_adam_reg_decay_L_train"),
+    (
+      on_valid,
+      "mean_test_loss",
+      "mean test loss",
+      "mean_test_loss_adam_lr_tuned_per_task_on_valid_loss",
+    ),
+    (l_valid, "mean_test_loss", "mean test loss", "mean_test_loss_adam_reg_decay_L_valid"),
+  ):
+    c = comparisons[baseline]
+    assert (c["learned"], c["metric"], c["metric_name"]) == ("learned", metric, name)
+    learned, other = results["learned"][metric].mean(axis=1), results[baseline][metric].mean(axis=1)
+    np.testing.assert_allclose(c["difference"], other - learned, rtol=1e-6)
+    assert c["learned_mean_loss"] == pytest.approx(np.mean(learned))
+    assert c["baseline_mean_loss"] == pytest.approx(np.mean(other))
+    assert c["fraction_learned_wins"] == pytest.approx(np.mean(other - learned > 0))
+    # A histogram named by the metric, and one printed line per pair.
+    path = result["paths"][f"histogram_{histogram}_vs_learned"]
+    assert path.endswith(f"histogram_{histogram}_vs_learned.png") and os.path.getsize(path) > 5000
+    line = (
+      f"learned vs {baseline} on 3 held-out tasks, 20 steps: {name} {np.mean(learned):.4f} vs "
+      f"{np.mean(other):.4f}; the learned optimizer wins on "
+      f"{100 * np.mean(other - learned > 0):.0f}% of them"
+    )
+    assert line in output
+  assert f"baselines tuned on training loss: {on_train}, {l_train}" in output
+  assert f"baselines tuned on validation loss: {on_valid}, {l_valid}" in output
+  # The test comparisons are on mean test loss, not on the training loss the train ones use.
+  assert not np.allclose(
+    comparisons[l_valid]["difference"],
+    results[l_valid]["mean_loss"].mean(axis=1) - results["learned"]["mean_loss"].mean(axis=1),
+  )
+
+
+def test_the_final_comparison_evaluates_other_thetas_beside_the_trained_one(tmp_path, capsys):
+  lopt = mlp_lopt.MLPLOpt()
+  checkpoints.save_theta(str(tmp_path / "shipped"), lopt.init(1))
+  result = held_out.compare_with_tuned_baseline(
+    str(tmp_path / "eval"),
+    lopt,
+    lopt.init(0),
+    family=_isotropic_quadratics(0.5),
+    learning_rates=(0.1, 1.0),
+    num_tasks=2,
+    num_steps=10,
+    num_points=3,
+    num_average_points=2,
+    thetas={"shipped": str(tmp_path / "shipped")},
+  )
+  on_train = "adam (lr tuned per task on train loss)"
+  pairs = [(c["learned"], c["baseline"]) for c in result["comparisons"]]
+  assert pairs[:2] == [("learned", on_train), ("shipped", on_train)]
+  assert len(pairs) == 4  # And both against the baseline tuned on validation loss.
+  # Two different thetas on the same runs.
+  assert not np.allclose(
+    result["results"]["learned"]["mean_loss"], result["results"]["shipped"]["mean_loss"]
+  )
+  output = capsys.readouterr().out
+  assert output.index("learned vs " + on_train) < output.index("shipped vs " + on_train)

@@ -1,0 +1,74 @@
+"""Running candidates: the same losses as the inner-training loop, the run-averaged losses."""
+
+import numpy as np
+import pytest
+import testing_utils
+
+from task_specific_learned_opt import inner_training, random_seeds
+from task_specific_learned_opt.evaluation import baseline_search, candidates, protocol, running
+from task_specific_learned_opt.optimizers import adam
+from task_specific_learned_opt.tasks import quadratic
+
+
+def test_eval_of_adam_gives_the_losses_of_the_inner_training_loop():
+  family = testing_utils.small_generated_family()
+  task = family.sample(3)
+  opt = adam.Adam(learning_rate=3e-3)
+  seed = protocol.run_seed(0, 0, 1)
+  points = protocol.curve_steps(40, 6)  # Chunks of uneven lengths.
+  run = running.evaluate_run(
+    family, task, candidates.fixed("adam", opt), 40, seed, points, num_eval_batches=2
+  )
+  direct = inner_training.train(task, opt, 40, seed)
+  np.testing.assert_allclose(run["losses"], direct.losses.numpy(), rtol=1e-5, atol=1e-6)
+  # The final test loss is the model's loss on the test batches at the final parameters.
+  # The final metrics are the model's loss and accuracy on the evaluation batches of each split
+  # at the final parameters; those at point 0 are the same at the initial parameters.
+  final_params = opt.get_params(direct.state)
+  init_params = task.init_params(random_seeds.fold_in(seed, 0))
+  eval_seed = random_seeds.fold_in(seed, 2)
+  for index, split in enumerate(("train", "test")):  # The eval seed of "train" is 0, "test" 1.
+    split_seed = random_seeds.fold_in(eval_seed, index)
+    batches = [task.batch(split, random_seeds.fold_in(split_seed, i)) for i in range(2)]
+    for point, params in ((0, init_params), (-1, final_params)):
+      loss = np.mean([float(task.loss(params, b)) for b in batches])
+      accuracy = np.mean([float(task.accuracy(params, b)) for b in batches])
+      assert run[f"{split}_loss"][point] == pytest.approx(loss, rel=1e-4), (split, point)
+      assert run[f"{split}_accuracy"][point] == pytest.approx(accuracy, abs=1e-6), (split, point)
+  assert run["train_loss"][0] > run["train_loss"][-1]  # Adam trained it.
+  # Accuracies are means over 2 batches of 16: multiples of 1/32, not a constant.
+  accuracies = np.concatenate([run["train_accuracy"], run["test_accuracy"]])
+  np.testing.assert_allclose(accuracies * 32, np.round(accuracies * 32), atol=1e-4)
+  assert len(set(accuracies.tolist())) > 1
+
+
+def test_run_averaged_losses_are_the_means_at_evenly_spaced_steps_as_l_valid():
+  family = quadratic.QuadraticFamily(dim=4, noise_std=0.5)
+  config = {"id": "adam/0", "kind": "adam", "hparams": {"learning_rate": 0.1}}
+  runs = protocol.HeldOutProtocol(
+    family,
+    num_tasks=2,
+    num_inits=2,
+    num_steps=30,
+    num_points=4,
+    num_eval_batches=2,
+    num_average_points=6,
+  )
+  result = running.evaluate_candidates(runs, [candidates.from_config(config)])
+  steps = result["steps"]
+  np.testing.assert_array_equal(result["average_steps"], [5, 10, 15, 20, 25, 30])
+  # One sorted set of points: the curve's log-spaced steps and the evenly spaced ones.
+  assert np.all(np.diff(steps) > 0)
+  assert set(protocol.curve_steps(30, 4)) | set(result["average_steps"]) == set(steps)
+  arrays = result["results"]["adam/0"]
+  where = np.searchsorted(steps, result["average_steps"])
+  for split in ("valid", "test"):
+    assert arrays[f"{split}_loss"].shape == (2, 2, len(steps))
+    np.testing.assert_allclose(
+      arrays[f"mean_{split}_loss"], arrays[f"{split}_loss"][..., where].mean(axis=-1), rtol=1e-6
+    )
+  assert not np.allclose(arrays["mean_valid_loss"], arrays["mean_test_loss"])
+  # A search's L_valid of the same runs is the evaluation's mean_valid_loss.
+  setup = baseline_search.SearchSetup(family, "valid", 2, 2, 30, 6, 2, 0)
+  objective = baseline_search.evaluate_config(setup, config)["objective"]
+  np.testing.assert_allclose(objective, arrays["mean_valid_loss"], rtol=1e-5)
