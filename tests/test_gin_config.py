@@ -77,7 +77,9 @@ def _baseline_search(_: str) -> dict:
     for name in ("mode", "kinds", "num_configs", "learning_rates")
   )
   assert mode in baseline_search.MODES, mode
-  configs = baseline_search.configurations(mode, kinds, num_configs, setup.seed, learning_rates)
+  configs = baseline_search.configurations(
+    mode, kinds, num_configs, setup.seed, learning_rates, setup.num_steps
+  )
   first = {config["kind"]: config for config in reversed(configs)}
   assert sorted(first) == sorted(kinds), (sorted(first), kinds)
   # Each kind's first configuration as the optimizer it evaluates.

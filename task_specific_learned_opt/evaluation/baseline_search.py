@@ -91,9 +91,14 @@ def baseline_search(
 
 
 def configurations(
-  mode: str, kinds: Sequence[str], num_configs: int, seed: int, learning_rates: Sequence[float]
+  mode: str,
+  kinds: Sequence[str],
+  num_configs: int,
+  seed: int,
+  learning_rates: Sequence[float],
+  num_steps: int,
 ) -> list[dict]:
-  """Every configuration of the search: {"id", "kind", "hparams"}."""
+  """Every configuration of the search: {"id", "kind", "hparams"}; decays act over `num_steps`."""
   configs = []
   for kind in kinds:
     if mode == "lr_grid":
@@ -104,7 +109,11 @@ def configurations(
     else:
       for i in range(num_configs):
         configs.append(
-          {"id": f"{kind}/{i}", "kind": kind, "hparams": search_space.sample_hparams(kind, seed, i)}
+          {
+            "id": f"{kind}/{i}",
+            "kind": kind,
+            "hparams": search_space.sample_hparams(kind, seed, i, num_steps),
+          }
         )
   return configs
 
@@ -239,7 +248,7 @@ def tune_baselines(
   path = os.path.join(output_dir, RESULTS_FILENAME)
   signature = _signature(mode, setup)
   done = _open_results(path, signature)
-  configs = configurations(mode, kinds, num_configs, setup.seed, learning_rates)
+  configs = configurations(mode, kinds, num_configs, setup.seed, learning_rates, setup.num_steps)
   todo = [c for c in configs if c["id"] not in done]
   logging.info(
     "%d configurations, %d already done, %d to run on %d process(es).",
@@ -266,6 +275,7 @@ def _signature(mode: str, setup: SearchSetup) -> dict:
     "num_inits": setup.num_inits,
     "num_steps": setup.num_steps,
     "seed": setup.seed,
+    "decays": search_space.DECAY_PARAMETERISATION,
   }
 
 
