@@ -5,7 +5,7 @@ is written whole to a temporary file and renamed over the old one, so a reader o
 never sees half a file; a record log (progress.jsonl, results.jsonl) is appended one line at a
 time, and a reader skips a last line cut by a crash. `to_json` turns numpy values into JSON
 types and non-finite floats into strings ("nan", "inf", "-inf"), which json.dump would write as
-invalid JSON; `from_json` undoes it.
+invalid JSON; `read_json` and `read_jsonl` undo it (`from_json`).
 """
 
 import json
@@ -77,7 +77,8 @@ def write_json(path: str, value: object, indent: int | None = 1, sort_keys: bool
 
 
 def read_json(path: str, default: object = None) -> object:
-  """The JSON value in `path`; `default` if the file is missing or unreadable (being replaced).
+  """The JSON value in `path`, `from_json` applied; `default` if the file is missing or unreadable
+  (being replaced).
 
   Args:
     path: the file.
@@ -88,7 +89,7 @@ def read_json(path: str, default: object = None) -> object:
   """
   try:
     with open(path) as f:
-      return json.load(f)
+      return from_json(json.load(f))
   except (OSError, ValueError):
     if default is None:
       raise
@@ -103,7 +104,7 @@ def append_jsonl(path: str, records: Iterable[object]) -> None:
 
 
 def read_jsonl(path: str) -> list:
-  """The records of a JSON-lines file, in order; [] if it is missing.
+  """The records of a JSON-lines file, in order, `from_json` applied; [] if it is missing.
 
   A last line cut short by a crash (not valid JSON) is skipped; a bad line before the last is
   an error, since nothing but a crash mid-append should leave one.
@@ -118,7 +119,7 @@ def read_jsonl(path: str) -> list:
   records = []
   for i, line in enumerate(lines):
     try:
-      records.append(json.loads(line))
+      records.append(from_json(json.loads(line)))
     except ValueError as e:
       if i == len(lines) - 1:
         break

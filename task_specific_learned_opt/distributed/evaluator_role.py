@@ -65,12 +65,12 @@ def summarize(results: dict) -> dict:
 
 def read_reference(train_dir: str) -> dict:
   """The tuned baseline's numbers in the train dir (evaluation_reference.json); {} if none."""
-  return files.from_json(files.read_json(os.path.join(train_dir, REFERENCE_FILENAME), {}))
+  return files.read_json(os.path.join(train_dir, REFERENCE_FILENAME), {})
 
 
 def read_progress(train_dir: str) -> list[dict]:
   """The evaluated snapshots' records (evaluation_progress.jsonl), in the order written."""
-  return files.from_json(files.read_jsonl(os.path.join(train_dir, PROGRESS_FILENAME)))
+  return files.read_jsonl(os.path.join(train_dir, PROGRESS_FILENAME))
 
 
 def _read_theta_info(snapshot: str) -> dict:

@@ -48,7 +48,7 @@ def format_seconds(seconds: float) -> str:
 def read_records(train_dir: str) -> list[dict]:
   """The train dir's progress records (progress.jsonl), non-finite numbers as floats."""
   path = os.path.join(train_dir, train_dir_lib.PROGRESS_FILENAME)
-  return [files.from_json(record) for record in files.read_jsonl(path)]
+  return files.read_jsonl(path)
 
 
 class Recorder:
@@ -82,7 +82,7 @@ class Recorder:
     if not os.path.exists(self.path):
       return
     kept = [r for r in files.read_jsonl(self.path) if r["outer_step"] <= outer_step]
-    files.write_text(self.path, "".join(f"{json.dumps(r)}\n" for r in kept))
+    files.write_text(self.path, "".join(f"{json.dumps(files.to_json(r))}\n" for r in kept))
 
   def plot(self, title: str) -> None:
     """Redraws outer_training.png from progress.jsonl (nothing while it has no records)."""

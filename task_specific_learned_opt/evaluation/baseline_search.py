@@ -154,7 +154,7 @@ def read_results(path: str, signature: dict) -> dict:
   Raises:
     SearchError: the file was written by a search with other settings.
   """
-  records = [files.from_json(r) for r in files.read_jsonl(path)]
+  records = files.read_jsonl(path)
   results = {}
   for record in records:
     if "signature" not in record:
