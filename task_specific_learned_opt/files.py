@@ -103,6 +103,11 @@ def append_jsonl(path: str, records: Iterable[object]) -> None:
       f.write(json.dumps(to_json(record)) + "\n")
 
 
+def write_jsonl(path: str, records: Iterable[object]) -> str:
+  """Writes each record as one JSON line to `path`, atomically replacing it; returns `path`."""
+  return write_text(path, "".join(json.dumps(to_json(r)) + "\n" for r in records))
+
+
 def read_jsonl(path: str) -> list:
   """The records of a JSON-lines file, in order, `from_json` applied; [] if it is missing.
 

@@ -11,13 +11,17 @@ from collections.abc import Mapping, Sequence
 
 import gin
 
-from task_specific_learned_opt import checkpoints, files, nests
+from task_specific_learned_opt import checkpoints, errors, files, nests
 from task_specific_learned_opt.evaluation import candidates as candidates_lib
 from task_specific_learned_opt.evaluation import protocol as protocol_lib
-from task_specific_learned_opt.evaluation import reporting, running, tuning
+from task_specific_learned_opt.evaluation import reporting, run_cache, running, tuning
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.optimizers import base as opt_base
 from task_specific_learned_opt.tasks import base as task_base
+
+
+class HistogramNameError(errors.UserError, ValueError):
+  """evaluate.histograms names a learned optimizer or a baseline the evaluation does not have."""
 
 
 def run_evaluation(
@@ -28,14 +32,16 @@ def run_evaluation(
   tuned_baselines: Sequence[str],
   learning_rates: Sequence[float] = tuning.LEARNING_RATES,
   searched_objectives: Mapping[str, str] | None = None,
+  histograms: Sequence[Sequence[str]] | None = None,
 ) -> dict:
   """Candidates and per-task tuned baselines on the same runs; files, plots and a summary.
 
   Each kind of `tuned_baselines` gives two baselines, its learning rate tuned per task on
   training and on validation loss. The train-loss panel draws the learned and fixed candidates
   and the baselines tuned on training loss, and each learned candidate is compared with those on
-  mean_loss; the test-loss panel and the comparisons on mean_test_loss use the baselines tuned on
-  validation loss.
+  mean_loss; the test-loss panel and the comparisons on mean_test_loss and final_test_loss use the
+  baselines tuned on validation loss. Each finished run is kept in the output directory
+  (run_cache.py), so an evaluation stopped part way resumes there when run again.
 
   Args:
     output_dir: where the results and plots go.
@@ -46,6 +52,7 @@ def run_evaluation(
     learning_rates: the grid.
     searched_objectives: {candidate name: "train" or "valid"}: the candidates that are baselines
       tuned on that objective (a random search's winners); other candidates are in both panels.
+    histograms: (learned, baseline) pairs drawn as Fig. 6c histograms; None: every comparison.
 
   Returns:
     The evaluation: running.evaluate_candidates' arrays, "tuned_learning_rates", "panels" and
@@ -53,6 +60,8 @@ def run_evaluation(
 
   Raises:
     ValueError: an objective of `searched_objectives` is neither "train" nor "valid".
+    run_cache.OtherEvaluationError: `output_dir` holds the runs of another protocol.
+    HistogramNameError: a pair of `histograms` names no learned candidate or no baseline.
   """
   searched_objectives = dict(searched_objectives or {})
   for name, objective in searched_objectives.items():
@@ -60,8 +69,12 @@ def run_evaluation(
       raise ValueError(
         f"{name} was tuned on {objective!r}; expected one of {tuple(tuning.TUNING_METRICS)}."
       )
-  evaluation = running.evaluate_candidates(protocol, candidates)
-  results, rates, objectives = tuning.tune_each_kind(protocol, tuned_baselines, learning_rates)
+  _check_histograms(histograms, learned_names, candidates, tuned_baselines)
+  cache = run_cache.RunCache(output_dir, protocol)
+  evaluation = running.evaluate_candidates(protocol, candidates, cache)
+  results, rates, objectives = tuning.tune_each_kind(
+    protocol, tuned_baselines, learning_rates, cache
+  )
   evaluation["results"].update(results)
   evaluation["tuned_learning_rates"] = rates
   objectives.update(
@@ -70,10 +83,28 @@ def run_evaluation(
   both = [c.name for c in candidates if c.name not in objectives]
   reporting.assign_panels(evaluation, both, objectives)
   comparisons = reporting.comparisons(evaluation, learned_names)
-  paths = reporting.write(evaluation, output_dir, protocol.title(), comparisons)
+  paths = reporting.write(evaluation, output_dir, protocol.title(), comparisons, histograms)
   evaluation["comparisons"], evaluation["paths"] = comparisons, paths
   reporting.print_summary(evaluation, protocol.num_steps)
   return evaluation
+
+
+def _check_histograms(
+  histograms: Sequence[Sequence[str]] | None,
+  learned_names: Sequence[str],
+  candidates: Sequence[candidates_lib.Candidate],
+  tuned_baselines: Sequence[str],
+) -> None:
+  """Raises HistogramNameError, before anything runs, if a pair names no learned or baseline."""
+  baselines = [c.name for c in candidates if c.name not in learned_names]
+  baselines += [tuning.tuned_name(k, o) for k in tuned_baselines for o in tuning.TUNING_METRICS]
+  for learned, baseline in histograms or ():
+    if learned not in learned_names or baseline not in baselines:
+      raise HistogramNameError(
+        f"evaluate.histograms names ({learned!r}, {baseline!r}), but the learned optimizers are "
+        f"{list(learned_names)} (the --theta names) and the baselines {baselines}; name a pair "
+        "of those."
+      )
 
 
 def _search_objective(path: str) -> str:
@@ -110,6 +141,7 @@ def evaluate(
   num_eval_batches: int = 5,
   seed: int = 0,
   num_average_points: int = protocol_lib.NUM_AVERAGE_POINTS,
+  histograms: Sequence[Sequence[str]] | None = None,
 ) -> dict:
   """bin/eval: exported thetas and baselines on held-out tasks of `family`; files and plots.
 
@@ -133,6 +165,8 @@ def evaluate(
     seed: seeds the tasks, the inits and the data.
     num_average_points: evenly spaced steps (step 0 excluded) whose validation and test losses
       are averaged into mean_valid_loss and mean_test_loss (baseline_search.py's L_valid).
+    histograms: (theta name, baseline name) pairs drawn as Fig. 6c histograms (e.g. each theta
+      against the searched winner of its own objective); None: every comparison.
 
   Returns:
     The evaluation, with "panels", "comparisons" (each theta against each baseline of each
@@ -155,6 +189,7 @@ def evaluate(
     tuned_baselines,
     learning_rates,
     searched_objectives,
+    histograms,
   )
 
 

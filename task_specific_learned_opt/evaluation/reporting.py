@@ -27,13 +27,16 @@ CSV_FILENAME = "evaluation.csv"
 CURVES_FILENAME = "curves.png"
 WALLCLOCK_FILENAME = "curves_wallclock.png"
 # Fig. 6a/b: the loss each panel of the curves plots -> the objective its baselines are tuned on;
-# and the run-averaged metric each panel's comparisons (Fig. 6c) are made on.
+# and the metrics each panel's comparisons (Fig. 6c) are made on: the run-averaged training loss;
+# the test loss averaged over the run and at its last step (Fig. 6b: "converges to a lower
+# minimum").
 PANEL_OBJECTIVES = {"train": "train", "test": "valid"}
-PANEL_METRICS = {"train": "mean_loss", "test": "mean_test_loss"}
+PANEL_METRICS = {"train": ("mean_loss",), "test": ("mean_test_loss", "final_test_loss")}
 METRIC_NAMES = {
   "mean_loss": "mean training loss",
   "mean_valid_loss": "mean validation loss",
   "mean_test_loss": "mean test loss",
+  "final_test_loss": "final test loss",
 }
 _OBJECTIVE_NAMES = {"train": "training", "valid": "validation"}
 
@@ -88,12 +91,13 @@ def assign_panels(evaluation: dict, both: Sequence[str], objectives: Mapping[str
 
 
 def comparisons(evaluation: dict, learned_names: Sequence[str]) -> list[dict]:
-  """Each learned candidate against each baseline of each panel, on the panel's metric."""
+  """Each learned candidate against each baseline of each panel, on each of the panel's metrics."""
   return [
-    compare(evaluation, learned, baseline, PANEL_METRICS[panel])
+    compare(evaluation, learned, baseline, metric)
     for panel, baseline_names in evaluation["panel_baselines"].items()
     for learned in learned_names
     for baseline in baseline_names
+    for metric in PANEL_METRICS[panel]
   ]
 
 
@@ -113,14 +117,21 @@ def panel_titles(evaluation: dict) -> dict[str, str]:
   return titles
 
 
-def write(evaluation: dict, output_dir: str, title: str, comparisons: Sequence[dict] = ()) -> dict:
+def write(
+  evaluation: dict,
+  output_dir: str,
+  title: str,
+  comparisons: Sequence[dict] = (),
+  histograms: Sequence[Sequence[str]] | None = None,
+) -> dict:
   """JSON, CSV and PNG plots in `output_dir`; returns {what: path}.
 
   Args:
     evaluation: as held_out.run_evaluation makes it (steps, results, panels, ...).
     output_dir: where the files go.
     title: the curves' title.
-    comparisons: `compare` results, one histogram each.
+    comparisons: `compare` results, all in the JSON.
+    histograms: (learned, baseline) pairs whose comparisons are drawn as histograms; None: all.
   """
   paths = {
     "json": os.path.join(output_dir, RESULTS_FILENAME),
@@ -139,7 +150,10 @@ def write(evaluation: dict, output_dir: str, title: str, comparisons: Sequence[d
     wallclock=True,
     panel_titles=titles,
   )
+  drawn = None if histograms is None else {tuple(pair) for pair in histograms}
   for c in comparisons:
+    if drawn is not None and (c["learned"], c["baseline"]) not in drawn:
+      continue
     metric = METRIC_NAMES[c.get("metric", "mean_loss")]
     key = re.sub(r"[^A-Za-z0-9.=-]+", "_", f"histogram_{metric}_{c['baseline']}_vs_{c['learned']}")
     paths[key] = os.path.join(output_dir, f"{key}.png")
@@ -177,9 +191,10 @@ def print_summary(evaluation: dict, num_steps: int) -> None:
       flush=True,
     )
   for panel, objective in PANEL_OBJECTIVES.items():
+    metrics = " and ".join(METRIC_NAMES[m] for m in PANEL_METRICS[panel])
     print(
-      f"The {panel}-loss panel of {CURVES_FILENAME} and the {METRIC_NAMES[PANEL_METRICS[panel]]} "
-      f"comparisons use the baselines tuned on {_OBJECTIVE_NAMES[objective]} loss: "
+      f"The {panel}-loss panel of {CURVES_FILENAME} and the {metrics} comparisons use the "
+      f"baselines tuned on {_OBJECTIVE_NAMES[objective]} loss: "
       f"{', '.join(evaluation['panel_baselines'][panel]) or 'none'}",
       flush=True,
     )

@@ -26,6 +26,7 @@ from absl import logging
 from task_specific_learned_opt import inner_training, random_seeds
 from task_specific_learned_opt.evaluation import candidates as candidates_lib
 from task_specific_learned_opt.evaluation import protocol as protocol_lib
+from task_specific_learned_opt.evaluation import run_cache
 from task_specific_learned_opt.optimizers import base as opt_base
 from task_specific_learned_opt.tasks import base as task_base
 
@@ -165,7 +166,9 @@ def evaluate_run(
 
 
 def evaluate_candidates(
-  protocol: protocol_lib.HeldOutProtocol, candidates: Sequence[candidates_lib.Candidate]
+  protocol: protocol_lib.HeldOutProtocol,
+  candidates: Sequence[candidates_lib.Candidate],
+  cache: run_cache.RunCache | None = None,
 ) -> dict:
   """Every candidate on the same tasks, inits and data of `protocol`.
 
@@ -175,38 +178,49 @@ def evaluate_candidates(
   Args:
     protocol: the tasks, inits, steps and seeds.
     candidates: the optimizers (distinct names).
+    cache: finished runs (of an evaluation that stopped) taken instead of running them again;
+      each run made is added to it.
 
   Returns:
     {"steps": every measured step, "average_steps": the evenly spaced ones, "results": {name:
     arrays}}. Arrays: train/valid/test loss/accuracy [num_tasks, num_inits, len(steps)];
     mean_loss [num_tasks, num_inits] (the mean minibatch training loss of the run);
     mean_valid_loss and mean_test_loss [num_tasks, num_inits] (the mean over average_steps);
+    final_test_loss [num_tasks, num_inits] (the test loss at the last step);
     steps_per_second [num_tasks, num_inits].
   """
   averaged = protocol.average_steps()
   points = protocol.points()
   where = np.searchsorted(points, averaged)
+  digests = {c.name: run_cache.digest(c.values) for c in candidates}
   results = {c.name: {} for c in candidates}
   progress = _Progress(protocol.num_tasks * protocol.num_inits * len(candidates))
   for t in range(protocol.num_tasks):
-    task = protocol.family.sample(protocol_lib.task_seed(protocol.seed, t))
+    task = None
     for r in range(protocol.num_inits):
       for c in candidates:
-        run = evaluate_run(
-          protocol.family,
-          task,
-          c,
-          protocol.num_steps,
-          protocol_lib.run_seed(protocol.seed, t, r),
-          points,
-          protocol.num_eval_batches,
-          protocol_lib.SPLITS,
-        )
-        means = _run_means(run, where)
-        for key, value in [*run.items(), *means.items()]:
-          if key != "losses":
-            results[c.name].setdefault(key, []).append(value)
-        progress.log(t, r, c.name, means, run["steps_per_second"])
+        key = (c.name, digests[c.name], t, r)
+        measured = cache.get(*key) if cache is not None else None
+        if measured is None:
+          if task is None:
+            task = protocol.family.sample(protocol_lib.task_seed(protocol.seed, t))
+          run = evaluate_run(
+            protocol.family,
+            task,
+            c,
+            protocol.num_steps,
+            protocol_lib.run_seed(protocol.seed, t, r),
+            points,
+            protocol.num_eval_batches,
+            protocol_lib.SPLITS,
+          )
+          measured = {k: v for k, v in run.items() if k != "losses"}
+          measured.update(_run_means(run, where))
+          if cache is not None:
+            cache.put(*key, measured)
+        for key, value in measured.items():
+          results[c.name].setdefault(key, []).append(value)
+        progress.log(t, r, c.name, measured, measured["steps_per_second"])
   shape = [protocol.num_tasks, protocol.num_inits]
   for name in results:
     results[name] = {
@@ -216,11 +230,13 @@ def evaluate_candidates(
 
 
 def _run_means(run: dict, where: np.ndarray) -> dict[str, float]:
-  """A run's averages: its minibatch training loss, its validation and test loss at `where`."""
+  """A run's averages: its minibatch training loss, its validation and test loss at `where`;
+  and its test loss at the last step."""
   return {
     "mean_loss": float(np.mean(run["losses"])),
     "mean_valid_loss": float(np.mean(run["valid_loss"][where])),
     "mean_test_loss": float(np.mean(run["test_loss"][where])),
+    "final_test_loss": float(run["test_loss"][-1]),
   }
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from task_specific_learned_opt.evaluation import candidates as candidates_lib
 from task_specific_learned_opt.evaluation import protocol as protocol_lib
-from task_specific_learned_opt.evaluation import running
+from task_specific_learned_opt.evaluation import run_cache, running
 
 LEARNING_RATES = tuple(float(x) for x in np.logspace(-4, 1, 11))  # Sec. 4.4: 1e-4 ... 10.
 # What a baseline is tuned on (the objectives of baseline_search.py) -> the run-averaged metric
@@ -45,6 +45,7 @@ def tune_learning_rate_per_task(
   protocol: protocol_lib.HeldOutProtocol,
   kind: str,
   learning_rates: Sequence[float] = LEARNING_RATES,
+  cache: run_cache.RunCache | None = None,
 ) -> dict[str, TunedBaseline]:
   """A baseline with its learning rate picked per task from a grid (Sec. 4.4), per objective.
 
@@ -52,6 +53,7 @@ def tune_learning_rate_per_task(
     protocol: the runs the grid is evaluated on (those of the candidates it is compared with).
     kind: the BASELINES kind ("adam", "rmsprop", "sgdm", "sgd").
     learning_rates: the grid.
+    cache: finished runs taken instead of running them again (running.evaluate_candidates).
 
   Returns:
     {objective: TunedBaseline} for "train" and "valid".
@@ -59,7 +61,7 @@ def tune_learning_rate_per_task(
   grid = [
     candidates_lib.baseline(f"{kind} lr={lr:.3g}", kind, learning_rate=lr) for lr in learning_rates
   ]
-  evaluated = running.evaluate_candidates(protocol, grid)
+  evaluated = running.evaluate_candidates(protocol, grid, cache)
   runs = [evaluated["results"][c.name] for c in grid]
   return {
     objective: _choose_per_task(runs, metric, learning_rates, protocol.num_tasks)
@@ -81,6 +83,7 @@ def tune_each_kind(
   protocol: protocol_lib.HeldOutProtocol,
   kinds: Sequence[str],
   learning_rates: Sequence[float] = LEARNING_RATES,
+  cache: run_cache.RunCache | None = None,
 ) -> tuple[dict, dict, dict]:
   """Every kind of `kinds` tuned per task on both objectives, named by `tuned_name`.
 
@@ -88,13 +91,16 @@ def tune_each_kind(
     protocol: the runs.
     kinds: BASELINES kinds.
     learning_rates: the grid.
+    cache: finished runs taken instead of running them again.
 
   Returns:
     ({name: results}, {name: [num_tasks] chosen learning rates}, {name: objective}).
   """
   results, rates, objectives = {}, {}, {}
   for kind in kinds:
-    for objective, tuned in tune_learning_rate_per_task(protocol, kind, learning_rates).items():
+    for objective, tuned in tune_learning_rate_per_task(
+      protocol, kind, learning_rates, cache
+    ).items():
       name = tuned_name(kind, objective)
       results[name], rates[name], objectives[name] = tuned.results, tuned.learning_rates, objective
   return results, rates, objectives

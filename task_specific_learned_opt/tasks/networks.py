@@ -9,6 +9,7 @@
 Parameters are nested dicts such as {"conv0": {"w": ..., "b": ...}, ..., "linear": {...}}.
 """
 
+import math
 from collections.abc import Sequence
 
 import gin
@@ -32,6 +33,35 @@ def _linear_params(seed: tf.Tensor, fan_in: int, fan_out: int) -> dict:
   }
 
 
+def static_shape(input_shape: Sequence[int] | tf.TensorShape | tf.Tensor) -> tuple[int, ...]:
+  """`input_shape` as Python ints, read without running an op.
+
+  A network's parameter shapes are fixed when it is built, and `init` is also called while a
+  tf.function traces (evaluation compiles init), where an op such as tf.reduce_prod gives a
+  symbolic tensor that has no Python value. So sizes come from the static shape.
+
+  Args:
+    input_shape: ints, a tf.TensorShape, or a tensor whose value is known while tracing.
+
+  Returns:
+    The dimensions, e.g. (14, 14, 1).
+
+  Raises:
+    ValueError: a dimension (or the rank) is only known when the graph runs.
+  """
+  value = tf.get_static_value(input_shape) if isinstance(input_shape, tf.Tensor) else input_shape
+  try:
+    shape = tf.TensorShape(value)
+  except TypeError:  # A dimension is a symbolic tensor.
+    shape = tf.TensorShape(None)
+  if not shape.is_fully_defined():
+    raise ValueError(
+      f"The input shape {input_shape!r} must be fully static (Python ints or a fully defined "
+      "tf.TensorShape): the network's parameter shapes depend on it."
+    )
+  return tuple(shape.as_list())
+
+
 def _batch_norm(x: tf.Tensor, params: dict) -> tf.Tensor:
   # Batch statistics in every split: the inner loop has no running averages to carry.
   mean, variance = tf.nn.moments(x, axes=[0, 1, 2], keepdims=True)
@@ -49,7 +79,11 @@ class Model:
 
     Args:
       seed: a stateless seed.
-      input_shape: one example's shape, e.g. [H, W, C] (no batch axis).
+      input_shape: one example's shape, e.g. [H, W, C] (no batch axis), static (see
+        `static_shape`): init is also traced inside tf.functions.
+
+    Raises:
+      ValueError: `input_shape` is not fully static.
     """
     raise NotImplementedError
 
@@ -95,7 +129,7 @@ class ConvNet(Model):
     """Glorot-uniform kernels and zero biases (batch norm: scale 1, offset 0) per layer."""
     layer_seeds = random_seeds.split(seed, len(self.channels) + 1)
     params = {}
-    in_channels = int(input_shape[-1])
+    in_channels = static_shape(input_shape)[-1]
     k = self.kernel_size
     for i, out_channels in enumerate(self.channels):
       fan_in, fan_out = k * k * in_channels, k * k * out_channels
@@ -141,7 +175,7 @@ class MLP(Model):
 
   def init(self, seed: random_seeds.SeedLike, input_shape: Sequence[int]) -> dict:
     """Glorot-uniform weights and zero biases per layer; the first reads the flattened input."""
-    sizes = [int(tf.reduce_prod(input_shape))] + list(self.hidden_sizes) + [self.num_classes]
+    sizes = [math.prod(static_shape(input_shape)), *self.hidden_sizes, self.num_classes]
     layer_seeds = random_seeds.split(seed, len(sizes) - 1)
     return {
       f"layer{i}": _linear_params(layer_seeds[i], sizes[i], sizes[i + 1])
@@ -192,5 +226,5 @@ def mnist_mlp_3x128() -> MLP:
 
 
 def num_params(params: dict) -> int:
-  """Total number of scalars in a params nest."""
-  return int(sum(int(tf.size(p)) for p in tf.nest.flatten(params)))
+  """Total number of scalars in a params nest, from the static shapes (also while tracing)."""
+  return sum(math.prod(static_shape(p.shape)) for p in tf.nest.flatten(params))

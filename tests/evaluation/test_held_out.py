@@ -13,6 +13,7 @@ from task_specific_learned_opt.evaluation import (
   candidates,
   held_out,
   protocol,
+  run_cache,
   running,
 )
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
@@ -46,7 +47,7 @@ def test_evaluate_writes_results_and_plots(tmp_path):
   for key in ("curves", "curves_wallclock"):
     assert os.path.getsize(paths[key]) > 5000
   histograms = [k for k in paths if k.startswith("histogram")]
-  assert len(histograms) == 2 and all(os.path.getsize(paths[h]) > 5000 for h in histograms)
+  assert len(histograms) == 3 and all(os.path.getsize(paths[h]) > 5000 for h in histograms)
   saved = json.load(open(paths["json"]))
   on_train, on_valid = (
     "adam (lr tuned per task on train loss)",
@@ -60,14 +61,17 @@ def test_evaluate_writes_results_and_plots(tmp_path):
   }
   for key in ("train_loss", "valid_loss", "test_loss"):
     assert np.shape(saved["results"]["learned"][key]) == (3, 2, len(saved["steps"]))
-  for key in ("mean_loss", "mean_valid_loss", "mean_test_loss"):
+  for key in ("mean_loss", "mean_valid_loss", "mean_test_loss", "final_test_loss"):
     assert np.shape(saved["results"][on_valid][key]) == (3, 2)
+  for name, r in saved["results"].items():
+    assert np.array_equal(r["final_test_loss"], np.asarray(r["test_loss"])[:, :, -1]), name
   rows = open(paths["csv"]).read().splitlines()
   assert len(rows) == 1 + 4 * 3 * 2 * len(saved["steps"])
   assert "valid_loss" in rows[0].split(",")
   assert [(c["baseline"], c["metric"]) for c in saved["comparisons"]] == [
     (on_train, "mean_loss"),
     (on_valid, "mean_test_loss"),
+    (on_valid, "final_test_loss"),
   ]
 
 
@@ -160,8 +164,15 @@ def test_search_winners_go_to_the_panel_and_comparison_of_their_objective(tmp_pa
   }
   assert saved["panel_baselines"] == {"train": [on_train, l_train], "test": [on_valid, l_valid]}
   results = {name: {k: np.asarray(v) for k, v in r.items()} for name, r in saved["results"].items()}
-  comparisons = {c["baseline"]: c for c in saved["comparisons"]}
-  assert [c["baseline"] for c in saved["comparisons"]] == [on_train, l_train, on_valid, l_valid]
+  comparisons = {(c["baseline"], c["metric"]): c for c in saved["comparisons"]}
+  assert [(c["baseline"], c["metric"]) for c in saved["comparisons"]] == [
+    (on_train, "mean_loss"),
+    (l_train, "mean_loss"),
+    (on_valid, "mean_test_loss"),
+    (on_valid, "final_test_loss"),
+    (l_valid, "mean_test_loss"),
+    (l_valid, "final_test_loss"),
+  ]
   output = capsys.readouterr().out
   for baseline, metric, name, histogram in (
     (
@@ -178,8 +189,9 @@ def test_search_winners_go_to_the_panel_and_comparison_of_their_objective(tmp_pa
       "mean_test_loss_adam_lr_tuned_per_task_on_valid_loss",
     ),
     (l_valid, "mean_test_loss", "mean test loss", "mean_test_loss_adam_reg_decay_L_valid"),
+    (l_valid, "final_test_loss", "final test loss", "final_test_loss_adam_reg_decay_L_valid"),
   ):
-    c = comparisons[baseline]
+    c = comparisons[baseline, metric]
     assert (c["learned"], c["metric"], c["metric_name"]) == ("learned", metric, name)
     learned, other = results["learned"][metric].mean(axis=1), results[baseline][metric].mean(axis=1)
     np.testing.assert_allclose(c["difference"], other - learned, rtol=1e-6)
@@ -195,11 +207,12 @@ def test_search_winners_go_to_the_panel_and_comparison_of_their_objective(tmp_pa
       f"{100 * np.mean(other - learned > 0):.0f}% of them"
     )
     assert line in output
+  assert len([k for k in result["paths"] if k.startswith("histogram")]) == 6
   assert f"baselines tuned on training loss: {on_train}, {l_train}" in output
   assert f"baselines tuned on validation loss: {on_valid}, {l_valid}" in output
   # The test comparisons are on mean test loss, not on the training loss the train ones use.
   assert not np.allclose(
-    comparisons[l_valid]["difference"],
+    comparisons[l_valid, "mean_test_loss"]["difference"],
     results[l_valid]["mean_loss"].mean(axis=1) - results["learned"]["mean_loss"].mean(axis=1),
   )
 
@@ -222,10 +235,95 @@ def test_the_final_comparison_evaluates_other_thetas_beside_the_trained_one(tmp_
   on_train = "adam (lr tuned per task on train loss)"
   pairs = [(c["learned"], c["baseline"]) for c in result["comparisons"]]
   assert pairs[:2] == [("learned", on_train), ("shipped", on_train)]
-  assert len(pairs) == 4  # And both against the baseline tuned on validation loss.
+  assert len(pairs) == 6  # And both against the baseline tuned on validation loss, twice.
   # Two different thetas on the same runs.
   assert not np.allclose(
     result["results"]["learned"]["mean_loss"], result["results"]["shipped"]["mean_loss"]
   )
   output = capsys.readouterr().out
   assert output.index("learned vs " + on_train) < output.index("shipped vs " + on_train)
+
+
+def _evaluate_quadratics(output_dir, theta_dir, **settings):
+  """A small bin/eval of one theta and tuned Adam on quadratics, into `output_dir`."""
+  return held_out.evaluate(
+    output_dir,
+    {"learned": theta_dir},
+    family=quadratic.QuadraticFamily(dim=4, noise_std=0.3),
+    lopt=mlp_lopt.MLPLOpt(),
+    tuned_baselines=("adam",),
+    learning_rates=(1e-2, 1e-1),
+    num_tasks=2,
+    num_inits=2,
+    num_steps=12,
+    num_points=3,
+    num_eval_batches=1,
+    num_average_points=3,
+    **settings,
+  )
+
+
+def test_a_stopped_evaluation_resumes_from_its_finished_runs(tmp_path, monkeypatch):
+  lopt = mlp_lopt.MLPLOpt()
+  theta_dir = str(tmp_path / "theta")
+  checkpoints.save_theta(theta_dir, lopt.init(0))
+  whole = _evaluate_quadratics(str(tmp_path / "whole"), theta_dir)
+  runs = (tmp_path / "whole" / run_cache.FILENAME).read_text().splitlines()
+  assert len(runs) == 1 + 2 * 2 * 3  # The protocol, then (learned + 2 grid values) x 4 runs.
+  # Stopped after 5 runs, the last line cut short by the crash.
+  (tmp_path / "stopped").mkdir()
+  (tmp_path / "stopped" / run_cache.FILENAME).write_text(
+    "\n".join(runs[:6]) + "\n" + runs[6][: len(runs[6]) // 2]
+  )
+  calls = []
+  evaluate_run = running.evaluate_run
+  monkeypatch.setattr(
+    running, "evaluate_run", lambda *a, **k: calls.append(a[2].name) or evaluate_run(*a, **k)
+  )
+  resumed = _evaluate_quadratics(str(tmp_path / "stopped"), theta_dir)
+  assert len(calls) == 12 - 5  # Only the runs not finished.
+  for name, r in whole["results"].items():
+    for key, value in r.items():
+      if key != "steps_per_second":
+        np.testing.assert_array_equal(resumed["results"][name][key], value, err_msg=name + key)
+  assert len((tmp_path / "stopped" / run_cache.FILENAME).read_text().splitlines()) == 13
+  # Run again whole: nothing is run; a changed theta runs its own runs again, not Adam's.
+  calls.clear()
+  _evaluate_quadratics(str(tmp_path / "stopped"), theta_dir)
+  assert calls == []
+  checkpoints.save_theta(theta_dir, lopt.init(1))
+  changed = _evaluate_quadratics(str(tmp_path / "stopped"), theta_dir)
+  assert calls == ["learned"] * 4
+  assert not np.allclose(
+    changed["results"]["learned"]["mean_loss"], whole["results"]["learned"]["mean_loss"]
+  )
+
+
+def test_resuming_into_the_directory_of_another_evaluation_is_refused(tmp_path):
+  lopt = mlp_lopt.MLPLOpt()
+  theta_dir = str(tmp_path / "theta")
+  checkpoints.save_theta(theta_dir, lopt.init(0))
+  _evaluate_quadratics(str(tmp_path / "eval"), theta_dir)
+  before = (tmp_path / "eval" / run_cache.FILENAME).read_text()
+  with pytest.raises(run_cache.OtherEvaluationError, match="new --output_dir"):
+    _evaluate_quadratics(str(tmp_path / "eval"), theta_dir, seed=1)
+  assert (tmp_path / "eval" / run_cache.FILENAME).read_text() == before  # Nothing lost.
+
+
+def test_histograms_are_drawn_for_the_pairs_named_and_a_wrong_name_stops_before_any_run(tmp_path):
+  lopt = mlp_lopt.MLPLOpt()
+  theta_dir = str(tmp_path / "theta")
+  checkpoints.save_theta(theta_dir, lopt.init(0))
+  on_valid = "adam (lr tuned per task on valid loss)"
+  result = _evaluate_quadratics(
+    str(tmp_path / "eval"), theta_dir, histograms=[("learned", on_valid)]
+  )
+  drawn = sorted(k for k in result["paths"] if k.startswith("histogram"))
+  assert drawn == [
+    "histogram_final_test_loss_adam_lr_tuned_per_task_on_valid_loss_vs_learned",
+    "histogram_mean_test_loss_adam_lr_tuned_per_task_on_valid_loss_vs_learned",
+  ]
+  assert len(result["comparisons"]) == 3  # All compared; only the pair named drawn.
+  with pytest.raises(held_out.HistogramNameError, match="the --theta names"):
+    _evaluate_quadratics(str(tmp_path / "other"), theta_dir, histograms=[("L_valid", on_valid)])
+  assert not (tmp_path / "other").exists()

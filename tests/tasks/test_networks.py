@@ -1,4 +1,5 @@
-"""The inner models: shapes, initialisers, and the paper CNN against an independent Keras build."""
+"""The inner models: shapes, initialisers, init traced in a tf.function, and the paper CNN
+against an independent Keras build."""
 
 import gin
 import keras
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from task_specific_learned_opt.tasks import networks
+from task_specific_learned_opt.tasks import image_task, networks
 
 
 def _shapes(params):
@@ -107,3 +108,64 @@ def test_cnn_is_configurable_through_gin():
 def test_mismatched_channels_and_strides_raise():
   with pytest.raises(ValueError, match="same length"):
     networks.ConvNet(channels=(32, 32), strides=(2,))
+
+
+def _image_task(model, image_shape):
+  """An ImageTask of `model` on 4 zero images per split of `image_shape`."""
+  images, labels = np.zeros((4, *image_shape), np.uint8), np.zeros([4], np.int32)
+  splits = {split: (images, labels) for split in ("train", "valid", "test")}
+  return image_task.ImageTask(model, splits, batch_size=2)
+
+
+@pytest.mark.parametrize(
+  "model, image_shape",
+  [
+    (networks.mnist_mlp_2x32(), (14, 14, 1)),
+    (networks.mnist_mlp_3x128(), (14, 14, 1)),
+    (networks.mnist_conv3(), (28, 28, 1)),
+    (networks.paper_cnn(batch_norm=True), (8, 8, 3)),
+  ],
+  ids=lambda x: getattr(x, "name", None),
+)
+def test_init_traces_inside_a_tf_function_as_evaluation_compiles_it(model, image_shape):
+  # As evaluation/running.py compiles init: the task's data and the seed are arguments and the
+  # task is rebuilt around them while tracing, so the model sees the task's static image shape.
+  template = _image_task(model, image_shape)
+
+  @tf.function(autograph=False, reduce_retracing=True)
+  def init(task_data, seed):
+    return template.with_data(task_data).init_params(seed)
+
+  seed = tf.constant([3, 4])
+  compiled, eager = init(template.data, seed), template.init_params(seed)
+  assert _shapes(compiled) == _shapes(eager)
+  tf.nest.map_structure(np.testing.assert_array_equal, compiled, eager)
+  assert networks.num_params(compiled) == networks.num_params(eager) > 0
+
+
+@pytest.mark.parametrize(
+  "input_shape",
+  [
+    (14, 14, 1),
+    [14, 14, 1],
+    tf.TensorShape([14, 14, 1]),
+    np.array([14, 14, 1]),
+    tf.constant([14, 14, 1]),
+  ],
+  ids=["tuple", "list", "TensorShape", "ndarray", "tensor"],
+)
+def test_static_shape_reads_python_ints(input_shape):
+  shape = networks.static_shape(input_shape)
+  assert shape == (14, 14, 1) and all(type(d) is int for d in shape)
+
+
+def test_init_names_a_shape_that_is_not_static():
+  with pytest.raises(ValueError, match="must be fully static"):
+    networks.mnist_mlp_2x32().init(0, (14, None, 1))
+
+  @tf.function(input_signature=[tf.TensorSpec([None, None, None, 1])])
+  def init_from_runtime_shape(images):
+    return networks.mnist_conv3().init(0, tf.shape(images)[1:])
+
+  with pytest.raises(ValueError, match="must be fully static"):
+    init_from_runtime_shape.get_concrete_function()

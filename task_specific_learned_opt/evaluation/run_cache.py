@@ -1,0 +1,102 @@
+"""An evaluation's finished runs on disk, so that a stopped evaluation resumes where it stopped.
+
+A held-out evaluation with every Fig. 6 baseline is thousands of inner runs (hours on 2 cores).
+`RunCache` appends each finished run to `runs.jsonl` in the output directory; run again with the
+same output directory, the evaluation takes the runs found there and computes only the others.
+A run is found by its candidate's name, a digest of the candidate's values (a theta, or a
+hyper-parameter dict), its task and its init, so a changed theta or learning rate is run again.
+The first line records the protocol (its settings, the family's name and a digest of the first
+held-out task's data); a directory holding another evaluation's runs is refused, since mixing
+them would compare runs on different tasks.
+"""
+
+import hashlib
+import os
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from task_specific_learned_opt import errors, files
+from task_specific_learned_opt.evaluation import protocol as protocol_lib
+from task_specific_learned_opt.tasks import base as task_base
+
+FILENAME = "runs.jsonl"
+
+
+class OtherEvaluationError(errors.UserError, ValueError):
+  """The output directory holds the runs of an evaluation with another protocol."""
+
+
+def digest(nest: Any) -> str:
+  """A short digest of a nest of arrays or numbers: its structure, shapes, dtypes and values."""
+  h = hashlib.sha256(repr(tf.nest.map_structure(lambda _: 0, nest)).encode())
+  for leaf in tf.nest.flatten(nest):
+    array = np.asarray(leaf)
+    h.update(f"{array.dtype}{array.shape}".encode())
+    h.update(np.ascontiguousarray(array).tobytes())
+  return h.hexdigest()[:16]
+
+
+def describe(protocol: protocol_lib.HeldOutProtocol, first_task: task_base.Task) -> dict:
+  """What identifies `protocol`'s runs: its settings, the family's name, task 0's data digest."""
+  settings = protocol._asdict()
+  settings.pop("family")
+  return {
+    **settings,
+    "family": protocol.family.name,
+    "first_task_data": digest(first_task.data),
+  }
+
+
+class RunCache:
+  """The finished runs of one evaluation, in `<directory>/runs.jsonl`."""
+
+  def __init__(self, directory: str, protocol: protocol_lib.HeldOutProtocol):
+    """Opens (or starts) the cache of `protocol`'s runs in `directory`.
+
+    Args:
+      directory: the evaluation's output directory (created if missing).
+      protocol: the runs the evaluation makes.
+
+    Raises:
+      OtherEvaluationError: `directory` holds the runs of another protocol.
+    """
+    os.makedirs(directory, exist_ok=True)
+    self.path = os.path.join(directory, FILENAME)
+    first_task = protocol.family.sample(protocol_lib.task_seed(protocol.seed, 0))
+    header = {"protocol": describe(protocol, first_task)}
+    records = files.read_jsonl(self.path)
+    if not records:
+      records = [header]
+    elif records[0] != header:
+      raise OtherEvaluationError(
+        f"{self.path} holds the runs of another evaluation ({records[0].get('protocol')}, not "
+        f"{header['protocol']}); give a new --output_dir, or delete {FILENAME} to start over."
+      )
+    # Rewritten whole, so that a last line cut short by a crash is not followed by another.
+    files.write_jsonl(self.path, records)
+    self._runs = {self._key(**r["key"]): r["run"] for r in records[1:]}
+    if self._runs:
+      logging.info("%s: %d finished runs found; they are not run again", self.path, len(self))
+
+  def __len__(self) -> int:
+    return len(self._runs)
+
+  @staticmethod
+  def _key(candidate: str, values: str, task: int, init: int) -> tuple:
+    return candidate, values, task, init
+
+  def get(self, candidate: str, values: str, task: int, init: int) -> dict | None:
+    """The finished run (evaluate_run's dict, arrays as numpy) or None."""
+    run = self._runs.get(self._key(candidate, values, task, init))
+    if run is None:
+      return None
+    return {k: np.asarray(v) if isinstance(v, list) else v for k, v in run.items()}
+
+  def put(self, candidate: str, values: str, task: int, init: int, run: dict) -> None:
+    """Records a finished run (appended to the file at once)."""
+    key = {"candidate": candidate, "values": values, "task": task, "init": init}
+    files.append_jsonl(self.path, [{"key": key, "run": run}])
+    self._runs[self._key(**key)] = files.from_json(files.to_json(run))
