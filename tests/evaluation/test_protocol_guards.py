@@ -1,0 +1,173 @@
+"""The held-out protocol as the shipped configs run it: what is held out stays held out.
+
+Sec. 4.2 holds 300 classes out of outer-training; Sec. 4.4 evaluates on tasks of those classes
+and tunes the baselines' searches on outer-train tasks. Each test here parses a shipped gin file
+and runs its entry point with the inner runs replaced by a stand-in that records which tasks it
+was given, so it fails if a config or the code stops: evaluating on outer-test classes only; using
+tasks other than the evaluator's (whose outer-test numbers are watched during outer-training);
+running a search on outer-train tasks. And each shipped theta is the snapshot its run's evaluator
+measured lowest on outer-train tasks.
+"""
+
+import json
+import os
+
+import gin
+import numpy as np
+import pytest
+import testing_utils
+
+from task_specific_learned_opt import checkpoints, files, gin_config
+from task_specific_learned_opt.cli import configurables  # noqa: F401 - registers the gin names.
+from task_specific_learned_opt.distributed import evaluator_role
+from task_specific_learned_opt.evaluation import baseline_search, held_out, protocol, running
+from task_specific_learned_opt.tasks import families
+
+GIN = os.path.join(testing_utils.REPO, "gin")
+PRETRAINED = os.path.join(testing_utils.REPO, "pretrained")
+SMALL = [
+  "GeneratedClassSource.train_images_per_class = 20",
+  "GeneratedClassSource.test_images_per_class = 5",
+]
+# Each shipped theta -> its experiment's gin file and the outer-train number its snapshot is
+# chosen on (the objective it was outer-trained for: training loss, or test loss for L_valid).
+SHIPPED = {
+  "generated_bn_cnn_train": ("pretrained/generated_bn_cnn_train.gin", "mean_train_loss"),
+  "generated_bn_cnn_valid": ("pretrained/generated_bn_cnn_valid.gin", "final_test_loss"),
+}
+# The held-out evaluations shipped results come from: gin file -> its entry point.
+HELD_OUT = {
+  "eval/pretrained.gin": "evaluate",
+  "eval/pretrained_fig6.gin": "evaluate",
+  "quickstart.gin": "compare_with_tuned_baseline",
+}
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+  """Runs nothing: records the classes of every task sampled and stands in for the inner runs."""
+  sampled = []
+  sample_classes = families.ClassSubsetFamily.sample_classes
+
+  def record(family, seed):
+    classes = sample_classes(family, seed)
+    sampled.append(frozenset(int(c) for c in classes))
+    return classes
+
+  def run(family, task, candidate, num_steps, seed, points, *args, **kwargs):
+    zeros = np.zeros(len(points))
+    splits = ("train", "valid", "test")
+    measured = {f"{s}_{m}": zeros for s in splits for m in ("loss", "accuracy")}
+    return {**measured, "losses": np.zeros(num_steps), "steps_per_second": 1.0}
+
+  monkeypatch.setattr(families.ClassSubsetFamily, "sample_classes", record)
+  monkeypatch.setattr(running, "evaluate_run", run)
+  return sampled
+
+
+def _outer_train_classes() -> frozenset:
+  return frozenset(int(c) for c in gin.get_bindings("outer_training")["family"].class_ids)
+
+
+def _evaluator_tasks(tmp_path) -> set:
+  """The class sets of the outer-test tasks the experiment's evaluator watches."""
+  evaluator = evaluator_role.Evaluator(
+    str(tmp_path / "train_dir"), gin.get_bindings("outer_training")["lopt"], None
+  )
+  family = evaluator.families["outer_test"]
+  return {
+    frozenset(int(c) for c in family.sample_classes(protocol.task_seed(evaluator.seed, t)))
+    for t in range(evaluator.num_tasks)
+  }
+
+
+def _run_held_out(name: str, tmp_path, lopt) -> None:
+  theta_dir = str(tmp_path / "theta")
+  checkpoints.save_theta(theta_dir, lopt.init(0))
+  if HELD_OUT[name] == "evaluate":
+    held_out.evaluate(str(tmp_path / "eval"), {"L_train": theta_dir, "L_valid": theta_dir})
+  else:
+    held_out.compare_with_tuned_baseline(str(tmp_path / "eval"), lopt, lopt.init(0))
+
+
+@pytest.mark.parametrize("name", sorted(HELD_OUT))
+def test_held_out_evaluations_use_outer_test_classes_and_tasks_nobody_watched(
+  name, tmp_path, recorded
+):
+  gin_config.parse([os.path.join(GIN, name)], [*SMALL, "evaluate.histograms = None"])
+  try:
+    outer_train = _outer_train_classes()
+    watched = _evaluator_tasks(tmp_path)
+    recorded.clear()
+    _run_held_out(name, tmp_path, gin.get_bindings("outer_training")["lopt"])
+  finally:
+    gin.clear_config()
+  assert recorded, "no task was sampled"
+  for classes in recorded:
+    assert not classes & outer_train, f"{name}: a held-out task has outer-train classes"
+  assert not set(recorded) & watched, f"{name}: evaluates tasks the evaluator watched"
+
+
+def test_the_guard_sees_an_evaluation_on_the_evaluators_tasks(tmp_path, recorded):
+  gin_config.parse([os.path.join(GIN, "eval/pretrained.gin")], [*SMALL, "evaluate.seed = 0"])
+  try:
+    watched = _evaluator_tasks(tmp_path)
+    recorded.clear()
+    _run_held_out("eval/pretrained.gin", tmp_path, gin.get_bindings("outer_training")["lopt"])
+  finally:
+    gin.clear_config()
+  assert set(recorded) & watched
+
+
+def _random_searches() -> list[str]:
+  names = []
+  for name in sorted(os.listdir(os.path.join(GIN, "baselines"))):
+    text = open(os.path.join(GIN, "baselines", name)).read()
+    if 'tune_baselines.mode = "random_search"' in text:
+      names.append(f"baselines/{name}")
+  return names
+
+
+def test_there_are_random_searches_to_guard():
+  assert "baselines/pretrained_adam_reg_decay_valid.gin" in _random_searches()
+
+
+@pytest.mark.parametrize("name", _random_searches())
+def test_random_searches_run_on_outer_train_tasks_only(name, tmp_path, recorded):
+  gin_config.parse(
+    [os.path.join(GIN, name)],
+    [
+      *SMALL,
+      "baseline_search.num_tasks = 3",
+      "baseline_search.num_steps = 2",
+      "tune_baselines.num_configs = 1",
+      "tune_baselines.num_processes = 1",
+    ],
+  )
+  try:
+    outer_train = _outer_train_classes()
+    recorded.clear()
+    baseline_search.tune_baselines(str(tmp_path / "search"))
+  finally:
+    gin.clear_config()
+  assert recorded, "no task was sampled"
+  for classes in recorded:
+    assert classes <= outer_train, f"{name}: a search task has classes outside outer-train"
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_a_shipped_theta_is_the_snapshot_lowest_on_outer_train_tasks(name):
+  directory = os.path.join(PRETRAINED, name)
+  if not os.path.isdir(directory):
+    pytest.skip(f"pretrained/{name} is not shipped")
+  _, metric = SHIPPED[name]
+  records = files.read_jsonl(os.path.join(directory, "evaluation_progress.jsonl"))
+  assert len(records) >= 3
+  best = min(records, key=lambda r: r["outer_train"][metric])
+  info = json.load(open(os.path.join(directory, "theta", "theta_info.json")))
+  assert (info["outer_step"], info["snapshot_id"]) == (best["outer_step"], best["snapshot_id"])
+
+
+def test_every_shipped_theta_has_its_choice_guarded():
+  shipped = [n for n in os.listdir(PRETRAINED) if os.path.isdir(os.path.join(PRETRAINED, n))]
+  assert set(shipped) - {"baselines"} <= set(SHIPPED)
