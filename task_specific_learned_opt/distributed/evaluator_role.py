@@ -8,8 +8,9 @@ the mean training loss over the run, the final test loss and the final test accu
 
   evaluation_progress.jsonl   one line per evaluated snapshot (outer step, inner steps, snapshot
                               id, both families' numbers, seconds);
-  evaluation_reference.json   the baseline (Adam, learning rate tuned per task on training loss
-                              over an 11-value grid, Sec. 4.4) on the same tasks and runs:
+  evaluation_reference.json   the baseline (Adam, learning rate tuned per task over an 11-value
+                              grid, Sec. 4.4, on the experiment's objective: training loss for
+                              L_train, validation loss for L_valid) on the same tasks and runs:
                               computed once per experiment and evaluation setting, then read
                               back;
   evaluation/events.*         TensorBoard scalars (eval/<family>/<metric>, with the baseline's);
@@ -48,6 +49,10 @@ SUMMARY_DIRNAME = "evaluation"
 PLOT_FILENAME = "outer_training_eval.png"
 FAMILIES = ("outer_train", "outer_test")
 METRICS = ("mean_train_loss", "final_test_loss", "final_test_accuracy")
+# The experiment's objective -> the number a snapshot (or a theta seed) is judged and chosen on,
+# on outer-train tasks (Sec. 4.3): an L_train optimizer by its training loss over the run, an
+# L_valid one by the test loss it ends at.
+OBJECTIVE_METRICS = {"train": "mean_train_loss", "valid": "final_test_loss"}
 # METRICS need no losses averaged over evenly spaced steps: one such step (the last, a point of
 # the curve anyway) keeps each snapshot's evaluation cheap.
 _NUM_AVERAGE_POINTS = 1
@@ -106,6 +111,7 @@ class Evaluator:
     learning_rates: Sequence[float] = tuning.LEARNING_RATES,
     num_eval_batches: int = 5,
     seed: int = 0,
+    objective: str = "train",
   ):
     """Sets up the evaluation (nothing runs yet).
 
@@ -121,7 +127,19 @@ class Evaluator:
       learning_rates: its grid (Sec. 4.4: 11 values, 1e-4 to 10).
       num_eval_batches: batches averaged for each test measurement.
       seed: seeds the tasks, inits and data (as bin/eval's `evaluate.seed`).
+      objective: the experiment's outer objective ("train" or "valid", Worker.objective): the
+        baseline's learning rate is tuned on it, and OBJECTIVE_METRICS[objective] is the number
+        snapshots are chosen on.
+
+    Raises:
+      ValueError: an unknown objective.
     """
+    if objective not in OBJECTIVE_METRICS:
+      raise ValueError(
+        f"Evaluator.objective is {objective!r}; expected one of {tuple(OBJECTIVE_METRICS)} "
+        "(the experiment's Worker.objective)."
+      )
+    self.objective = objective
     self.train_dir = train_dir
     self.lopt = lopt
     self.families = {"outer_train": train_family, "outer_test": test_family}
@@ -159,14 +177,15 @@ class Evaluator:
       "learning_rates": list(self.learning_rates),
       "num_eval_batches": self.num_eval_batches,
       "seed": self.seed,
+      "objective": self.objective,
     }
 
   def reference(self) -> dict:
     """The tuned baseline's numbers per family: read from the train dir, else computed once.
 
     Returns:
-      {"setting": ..., "name": ..., "outer_train": {metric: value, "learning_rates": [...]},
-       "outer_test": {...}}.
+      {"setting": ..., "name": ..., "objective": ..., "metric": the number snapshots are chosen
+       on, "outer_train": {metric: value, "learning_rates": [...]}, "outer_test": {...}}.
     """
     path = os.path.join(self.train_dir, REFERENCE_FILENAME)
     if os.path.exists(path):
@@ -174,13 +193,18 @@ class Evaluator:
       if cached.get("setting") == self.setting():
         return cached
       logging.info("%s was made with other settings; computing it again.", path)
-    name = tuning.tuned_name(self.baseline_kind, "train")
+    name = tuning.tuned_name(self.baseline_kind, self.objective)
     logging.info("Computing the %s reference on both families (once per experiment).", name)
-    reference = {"setting": self.setting(), "name": name}
+    reference = {
+      "setting": self.setting(),
+      "name": name,
+      "objective": self.objective,
+      "metric": OBJECTIVE_METRICS[self.objective],
+    }
     for key, family in self.families.items():
       tuned = tuning.tune_learning_rate_per_task(
         self._protocol(family), self.baseline_kind, self.learning_rates
-      )["train"]  # Its numbers are training loss over the run and final test loss.
+      )[self.objective]  # Its numbers are training loss over the run and final test loss.
       reference[key] = {
         **summarize(tuned.results),
         "learning_rates": np.asarray(tuned.learning_rates).tolist(),
@@ -248,16 +272,18 @@ class Evaluator:
     for step, directory, info in todo:
       record = self.evaluate_snapshot(directory, info)
       self._summaries(record, reference)
+      metric = OBJECTIVE_METRICS[self.objective]
       logging.info(
-        "eval of outer step %d (%d inner steps) in %.0fs: mean train loss outer-train %.4f "
-        "outer-test %.4f (%s %.4f); final test accuracy outer-test %.3f; %d snapshots left",
+        "eval of outer step %d (%d inner steps) in %.0fs: %s outer-train %.4f outer-test %.4f "
+        "(%s %.4f); final test accuracy outer-test %.3f; %d snapshots left",
         step,
         record["inner_steps"],
         record["seconds"],
-        record["outer_train"]["mean_train_loss"],
-        record["outer_test"]["mean_train_loss"],
+        metric.replace("_", " "),
+        record["outer_train"][metric],
+        record["outer_test"][metric],
         reference["name"],
-        reference["outer_test"]["mean_train_loss"],
+        reference["outer_test"][metric],
         record["outer_test"]["final_test_accuracy"],
         len(todo) - 1 - todo.index((step, directory, info)),
       )

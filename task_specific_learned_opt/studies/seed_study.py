@@ -19,15 +19,21 @@ from task_specific_learned_opt.studies import processes
 SEEDS_FILENAME = "seeds.json"
 
 
+def judged_on(reference: Mapping) -> str:
+  """The number thetas are judged on: that of the experiment's objective (evaluator_role.py)."""
+  return reference.get("metric", evaluator_role.OBJECTIVE_METRICS["train"])
+
+
 def passed_at(records: Sequence[dict], reference: Mapping, family: str = "outer_test") -> dict:
-  """The first evaluated snapshot whose mean training loss is below the reference's; {} if none.
+  """The first evaluated snapshot below the reference on its objective's number; {} if none.
 
   Returns:
     {"outer_step": ..., "inner_steps": ...} of that snapshot.
   """
-  target = reference[family]["mean_train_loss"]
+  metric = judged_on(reference)
+  target = reference[family][metric]
   for r in records:
-    if r[family]["mean_train_loss"] < target:
+    if r[family][metric] < target:
       return {"outer_step": r["outer_step"], "inner_steps": r["inner_steps"]}
   return {}
 
@@ -35,9 +41,9 @@ def passed_at(records: Sequence[dict], reference: Mapping, family: str = "outer_
 def summarize_seeds(runs: Sequence[processes.Run]) -> dict:
   """Per configuration: every seed's evaluations, when it passed the reference, the best seed.
 
-  The best seed is the one with the lowest mean training loss on outer-train tasks at its last
-  snapshot: chosen on outer-train tasks only, as Sec. 4.3 does, so the outer-test numbers stay
-  held out.
+  The best seed is the one lowest on outer-train tasks at its last snapshot, on the number of
+  the experiment's objective (mean training loss for L_train, final test loss for L_valid):
+  chosen on outer-train tasks only, as Sec. 4.3 does, so the outer-test numbers stay held out.
   """
   summary: dict[str, dict] = {}
   for run in runs:
@@ -54,7 +60,8 @@ def summarize_seeds(runs: Sequence[processes.Run]) -> dict:
       "passed_reference_on_outer_test": passed_at(records, reference) if reference else {},
     }
   for s in summary.values():
-    last = {seed: r["last"]["outer_train"]["mean_train_loss"] for seed, r in s["seeds"].items()}
+    metric = judged_on(s["reference"] or {})
+    last = {seed: r["last"]["outer_train"][metric] for seed, r in s["seeds"].items()}
     s["best_seed_by_outer_train"] = int(min(last, key=last.get))
   return summary
 
@@ -97,20 +104,22 @@ def seed_study(
   paths = {"json": os.path.join(output_dir, SEEDS_FILENAME)}
   files.write_json(paths["json"], summary, indent=1)
   for name, s in summary.items():
+    metric = judged_on(s["reference"] or {})
+    words = metric.replace("_", " ").replace("train", "training")
     paths[name] = os.path.join(output_dir, f"{name}_seeds.png")
     plots.plot_evaluation_progress(
       {f"seed {seed}": r["records"] for seed, r in s["seeds"].items()},
       s["reference"] or None,
       paths[name],
-      f"{name}: {len(s['seeds'])} theta seeds; best by outer-train loss: seed "
+      f"{name}: {len(s['seeds'])} theta seeds; best by outer-train {words}: seed "
       f"{s['best_seed_by_outer_train']}",
     )
     for seed, r in s["seeds"].items():
       passed = r["passed_reference_on_outer_test"]
       when = f"from outer step {passed['outer_step']}" if passed else "never"
-      loss = r["last"]["outer_test"]["mean_train_loss"]
+      loss = r["last"]["outer_test"][metric]
       print(
-        f"{name} seed {seed}: outer-test mean training loss {loss:.4f} at outer step "
+        f"{name} seed {seed}: outer-test {words} {loss:.4f} at outer step "
         f"{r['last']['outer_step']}; below the reference {when}",
         flush=True,
       )

@@ -221,3 +221,25 @@ def test_bin_evaluator_evaluates_a_train_dir_and_refuses_another_experiment(tmp_
     )
   message = str(exit_info.value.code)
   assert message.startswith("error: ") and "'chief'" in message and "\n" not in message
+
+
+def test_an_l_valid_experiments_reference_is_tuned_on_validation_loss(tmp_path):
+  _bind_small()
+  gin.bind_parameter("Evaluator.objective", "valid")
+  evaluator = evaluator_role.Evaluator(str(tmp_path), LOPT, FAMILY)
+  gin.clear_config()
+  reference = evaluator.reference()
+  assert reference["name"] == tuning.tuned_name("adam", "valid")
+  assert reference["metric"] == "final_test_loss"
+  # The learning rates chosen are those of the grid's validation-loss winners on the same runs.
+  protocol = evaluator._protocol(HELD_OUT)
+  tuned = tuning.tune_learning_rate_per_task(protocol, "adam", (0.01, 0.1, 1.0))
+  assert reference["outer_test"]["learning_rates"] == tuned["valid"].learning_rates.tolist()
+  assert tuned["valid"].learning_rates.tolist() != tuned["train"].learning_rates.tolist()
+  # A reference of the other objective in the train dir is not reused.
+  assert _evaluator(tmp_path).reference()["name"] == tuning.tuned_name("adam", "train")
+
+
+def test_an_unknown_evaluator_objective_is_named():
+  with pytest.raises(ValueError, match="Worker.objective"):
+    evaluator_role.Evaluator("unused", LOPT, FAMILY, HELD_OUT, objective="test")

@@ -64,3 +64,12 @@ def test_passing_the_reference_is_the_first_snapshot_below_it():
   ]
   assert seed_study.passed_at(records, reference) == {"outer_step": 20, "inner_steps": 200}
   assert seed_study.passed_at(records[:2], reference) == {}
+
+
+def test_an_l_valid_reference_is_passed_on_final_test_loss():
+  reference = {"metric": "final_test_loss", "outer_test": {"final_test_loss": 0.5}}
+  records = [
+    {"outer_step": s, "inner_steps": 10 * s, "outer_test": {"final_test_loss": v}}
+    for s, v in ((0, 2.0), (10, 0.4))
+  ]
+  assert seed_study.passed_at(records, reference) == {"outer_step": 10, "inner_steps": 100}
