@@ -25,6 +25,7 @@ from task_specific_learned_opt.evaluation import (
 )
 from task_specific_learned_opt.figures import (
   exploding,  # noqa: F401
+  longer_unrolls,  # noqa: F401
   outer_loss_slices,  # noqa: F401
   runner,  # noqa: F401
   toy_outer_loss,  # noqa: F401

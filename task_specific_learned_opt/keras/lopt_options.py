@@ -23,6 +23,9 @@ LOPT_OPTIONS = (
   "step_scale_exp",
   "normalizer_epsilon",
   "implementation",
+  "time_max_step",
+  "weight_decay",
+  "weight_decay_start",
 )
 
 

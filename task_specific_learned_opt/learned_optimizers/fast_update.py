@@ -58,6 +58,7 @@ class UpdateConfig(NamedTuple):
     normalizer_epsilon: epsilon of the second-moment normaliser.
     step_scale_lin: lambda_lin in w - lambda_lin * o_dir * exp(lambda_exp * o_mag).
     step_scale_exp: lambda_exp.
+    time_max_step: None, or the step the time features stop at (t read as min(t, it)).
   """
 
   decays: tuple[float, ...]
@@ -68,6 +69,7 @@ class UpdateConfig(NamedTuple):
   normalizer_epsilon: float
   step_scale_lin: float
   step_scale_exp: float
+  time_max_step: int | None = None
 
 
 def feature_maps(config: UpdateConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -245,7 +247,7 @@ class FastUpdate:
     weights = weights._replace(zero=tf.cast(iteration, tf.float32) * 0.0)
     if weights.time_to_w0 is None:
       return weights
-    time = features.time_features(iteration, self.config.time_scales)
+    time = features.time_features(iteration, self.config.time_scales, self.config.time_max_step)
     w0 = weights.w0 + tf.reshape(tf.matmul(time[None], weights.time_to_w0), weights.w0.shape)
     return weights._replace(w0=w0)
 

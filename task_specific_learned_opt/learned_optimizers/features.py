@@ -4,7 +4,7 @@ Pure functions, each with a worked-numbers test:
   - update_momenta: m_d <- d * m_d + (1 - d) * g for each decay d (no bias correction);
   - second_moment_normalize: x * rsqrt(mean(x^2) + eps), per column, the mean over all elements of
     one tensor (no mean subtraction, so the sign/direction of every feature is kept);
-  - time_features: tanh(t / eta - 1) for each timescale eta;
+  - time_features: tanh(t / eta - 1) for each timescale eta (t optionally capped);
   - paper_columns / original_code_columns: the per-element feature columns, before normalisation.
 """
 
@@ -50,9 +50,20 @@ def second_moment_normalize(x: tf.Tensor, epsilon: float = NORMALIZER_EPSILON) -
   return x * tf.math.rsqrt(tf.reduce_mean(tf.square(x), axis=axes, keepdims=True) + epsilon)
 
 
-def time_features(iteration: tf.Tensor, time_scales: Sequence[float]) -> tf.Tensor:
-  """tanh(t / eta - 1) for each timescale eta: [len(time_scales)] float32."""
+def time_features(
+  iteration: tf.Tensor, time_scales: Sequence[float], max_step: int | None = None
+) -> tf.Tensor:
+  """tanh(t / eta - 1) for each timescale eta: [len(time_scales)] float32.
+
+  Args:
+    iteration: t, the inner step (int or float scalar).
+    time_scales: the timescales eta.
+    max_step: None (the paper) or a step the features stop at: t is read as min(t, max_step),
+      so an optimizer run past the horizon it was trained on keeps the features it had there.
+  """
   t = tf.cast(iteration, tf.float32)
+  if max_step is not None:
+    t = tf.minimum(t, float(max_step))
   return tf.tanh(t / tf.constant(time_scales, tf.float32) - 1.0)
 
 

@@ -12,6 +12,11 @@ Weights are truncated normal with stddev 1/sqrt(fan_in), biases zero.
 
 feature_set="original_code" gives the authors' code's 22 normalised columns + 9 time features
 (1090 meta-parameters); use_momentum / use_time drop features for the ablations of Sec. 4.5.
+Two options for applying a trained theta past the horizon it was outer-trained on, both off by
+default (the paper): time_max_step makes the time features read min(t, time_max_step), so they
+stay at their value at the last trained step; weight_decay (lambda, from step weight_decay_start)
+adds a decoupled weight decay to the learned step, w_t+1 = w_t - step - lambda * w_t
+(docs/longer_unrolls.md).
 
 Two implementations of this one update rule (App. I: the update should cost little next to the
 gradient). `reference_opt_fn` (`_ReferenceMLPLOptOptimizer`) writes the steps above out per
@@ -84,6 +89,64 @@ def _decays_first(momenta: tf.Tensor) -> tf.Tensor:
   return tf.transpose(momenta, [rank - 1] + list(range(rank - 1)))
 
 
+class TensorStep(NamedTuple):
+  """One tensor's update written out as App. D.1 states it, with what the MLP reads and emits."""
+
+  momenta: tf.Tensor  # The new momenta, decays last: [*param.shape, num_decays].
+  columns: tf.Tensor  # The feature columns before normalisation, [*param.shape, columns].
+  normalized: tf.Tensor  # The columns after the second-moment normaliser, same shape.
+  outputs: tf.Tensor  # (o_dir, o_mag) of every element, [num_elements, 2].
+  step: tf.Tensor  # lambda_lin * o_dir * exp(lambda_exp * o_mag), [*param.shape]: w <- w - step.
+
+
+def time_bias(lopt: "MLPLOpt", theta: nests.Theta, iteration: tf.Tensor) -> tf.Tensor | None:
+  """time_features(t) @ W_time: the time features' share of the hidden pre-activation.
+
+  Args:
+    lopt: the learned optimizer (its time scales and time_max_step).
+    theta: its meta-parameters.
+    iteration: t, the inner steps taken before this one.
+
+  Returns:
+    [hidden_size], or None without time features.
+  """
+  if not lopt.use_time:
+    return None
+  time = features.time_features(iteration, lopt.time_scales, lopt.time_max_step)
+  w_time = theta["hidden"]["w"][-len(lopt.time_scales) :]
+  return tf.linalg.matvec(w_time, time, transpose_a=True)
+
+
+def tensor_step(
+  lopt: "MLPLOpt",
+  theta: nests.Theta,
+  param: tf.Tensor,
+  grad: tf.Tensor,
+  momenta: tf.Tensor,
+  bias: tf.Tensor | None,
+) -> TensorStep:
+  """Steps 1-4 of the module docstring for one tensor (the reference update's arithmetic).
+
+  Args:
+    lopt: the learned optimizer.
+    theta: its meta-parameters.
+    param: the tensor w.
+    grad: its gradient g.
+    momenta: its momenta before this step, as the state stores them: [num_decays, *param.shape].
+    bias: time_bias(lopt, theta, t), or None without time features.
+
+  Returns:
+    The new momenta, the columns before and after normalisation, the MLP's outputs and the step.
+  """
+  momenta = features.update_momenta(_decays_last(momenta), grad, lopt.decays)
+  columns = lopt.columns(grad, param, momenta)
+  normalized = features.second_moment_normalize(columns, lopt.normalizer_epsilon)
+  hidden = mlp_hidden(normalized, theta["hidden"], bias)
+  out = tf.matmul(hidden, theta["output"]["w"]) + theta["output"]["b"]
+  step = lopt.step_scale_lin * out[:, 0] * tf.exp(lopt.step_scale_exp * out[:, 1])
+  return TensorStep(momenta, columns, normalized, out, tf.reshape(step, tf.shape(param)))
+
+
 class _Optimizer(opt_base.Optimizer):
   """What both implementations share: theta and the state."""
 
@@ -104,7 +167,16 @@ class _Optimizer(opt_base.Optimizer):
     )
 
   def _pack(self, state: MLPLOptState, params: list, momenta: list) -> MLPLOptState:
-    """The next state from the new params and momenta in the order of tf.nest.flatten."""
+    """The next state from the new params and momenta in the order of tf.nest.flatten.
+
+    With MLPLOpt.weight_decay = lambda > 0, each new param also loses lambda * (its old value)
+    from step weight_decay_start on: w_t+1 = w_t - step - lambda * w_t.
+    """
+    if self.lopt.weight_decay:
+      active = tf.cast(state.iteration >= self.lopt.weight_decay_start, tf.float32)
+      decay = self.lopt.weight_decay * active
+      old = tf.nest.flatten(state.params)
+      params = [p - decay * w for p, w in zip(params, old, strict=True)]
     return MLPLOptState(
       params=tf.nest.pack_sequence_as(state.params, params),
       momenta=tf.nest.pack_sequence_as(state.momenta, momenta),
@@ -114,14 +186,6 @@ class _Optimizer(opt_base.Optimizer):
 
 class _ReferenceMLPLOptOptimizer(_Optimizer):
   """The update written out per tensor, as in the paper: the specification of `opt_fn`."""
-
-  def _time_bias(self, iteration: tf.Tensor) -> tf.Tensor | None:
-    """time_features(t) @ W_time: the time features' share of the hidden pre-activation."""
-    if not self.lopt.use_time:
-      return None
-    time = features.time_features(iteration, self.lopt.time_scales)
-    w_time = self.theta["hidden"]["w"][-len(self.lopt.time_scales) :]
-    return tf.linalg.matvec(w_time, time, transpose_a=True)
 
   def _apply(
     self,
@@ -145,18 +209,13 @@ class _ReferenceMLPLOptOptimizer(_Optimizer):
   ) -> MLPLOptState:
     del loss  # The paper's optimizer does not see the loss.
     lopt, theta = self.lopt, self.theta
-    time_bias = self._time_bias(state.iteration)
+    bias = time_bias(lopt, theta, state.iteration)
 
     def update_tensor(
       param: tf.Tensor, grad: tf.Tensor, momenta: tf.Tensor
     ) -> tuple[tf.Tensor, tf.Tensor]:
-      momenta = features.update_momenta(_decays_last(momenta), grad, lopt.decays)
-      columns = lopt.columns(grad, param, momenta)
-      normalized = features.second_moment_normalize(columns, lopt.normalizer_epsilon)
-      hidden = mlp_hidden(normalized, theta["hidden"], time_bias)
-      out = tf.matmul(hidden, theta["output"]["w"]) + theta["output"]["b"]
-      step = lopt.step_scale_lin * out[:, 0] * tf.exp(lopt.step_scale_exp * out[:, 1])
-      return param - tf.reshape(step, tf.shape(param)), _decays_first(momenta)
+      written_out = tensor_step(lopt, theta, param, grad, momenta, bias)
+      return param - written_out.step, _decays_first(written_out.momenta)
 
     return self._apply(state, grads, update_tensor)
 
@@ -201,6 +260,9 @@ class MLPLOpt(base.LearnedOptimizer):
     step_scale_exp: float = STEP_SCALE,
     normalizer_epsilon: float = features.NORMALIZER_EPSILON,
     implementation: str = "fast",
+    time_max_step: int | None = None,
+    weight_decay: float = 0.0,
+    weight_decay_start: int = 0,
   ):
     """Makes the learned optimizer.
 
@@ -217,6 +279,12 @@ class MLPLOpt(base.LearnedOptimizer):
       implementation: what `opt_fn` returns: "fast" (the folded update of fast_update.py) or
         "reference" (the same update written out per tensor, to time or check against; see the
         module docstring).
+      time_max_step: None (the paper) or the step the time features stop at: they read
+        min(t, time_max_step), e.g. the horizon the optimizer was outer-trained on, so that a
+        longer run keeps the time features of its last trained step (docs/longer_unrolls.md).
+      weight_decay: 0 (the paper), or lambda of a decoupled weight decay added to the learned
+        step, w_t+1 = w_t - step - lambda * w_t (docs/longer_unrolls.md).
+      weight_decay_start: the first step t the weight decay acts at.
 
     Raises:
       ValueError: an unknown feature set or implementation, or an ablation of the original-code
@@ -240,6 +308,9 @@ class MLPLOpt(base.LearnedOptimizer):
     self.step_scale_exp = float(step_scale_exp)
     self.normalizer_epsilon = float(normalizer_epsilon)
     self.implementation = implementation
+    self.time_max_step = None if time_max_step is None else int(time_max_step)
+    self.weight_decay = float(weight_decay)
+    self.weight_decay_start = int(weight_decay_start)
 
   @property
   def num_normalized_inputs(self) -> int:
@@ -265,6 +336,7 @@ class MLPLOpt(base.LearnedOptimizer):
       normalizer_epsilon=self.normalizer_epsilon,
       step_scale_lin=self.step_scale_lin,
       step_scale_exp=self.step_scale_exp,
+      time_max_step=self.time_max_step,
     )
 
   def columns(self, grad: tf.Tensor, param: tf.Tensor, momenta: tf.Tensor) -> tf.Tensor:
