@@ -18,8 +18,8 @@ from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from . import testing_utils
 
 PRETRAINED = os.path.join(testing_utils.REPO, "pretrained")
-SHIPPED = sorted(
-  name for name in os.listdir(PRETRAINED) if os.path.isdir(os.path.join(PRETRAINED, name))
+SHIPPED = sorted(  # The directories holding a theta (others hold evaluations and searches).
+  name for name in os.listdir(PRETRAINED) if os.path.isdir(os.path.join(PRETRAINED, name, "theta"))
 )
 # Each shipped theta, pinned: the first 16 hex digits of the sha256 of each array's float32 bytes
 # (little-endian, C order). A theta exported again, or any coordinate moved, changes them.
@@ -29,6 +29,12 @@ PINNED = {
     "hidden/b": "f3c3a33b5d1ae0fe",  # [32]
     "output/w": "95608621b5de456e",  # [32, 2]
     "output/b": "1ae577ac4ec6cb4e",  # [2]
+  },
+  "generated_bn_cnn_valid": {
+    "hidden/w": "f2743d0cee75f4a0",  # [16, 32]
+    "hidden/b": "7a5934639f26cf7e",  # [32]
+    "output/w": "987cf78b5bddf834",  # [32, 2]
+    "output/b": "1618b4ad9ce9ee1c",  # [2]
   },
 }
 

@@ -36,7 +36,7 @@ EXPERIMENTS = {
     ("adam", "rmsprop", "sgdm"),
     {
       "L_train": "pretrained/generated_bn_cnn_train/theta",
-      "L_valid": "pretrained/generated_bn_cnn_train/theta",
+      "L_valid": "pretrained/generated_bn_cnn_valid/theta",
     },
     ("train", "valid"),
   ),
