@@ -53,6 +53,15 @@ def _percentiles(x: np.ndarray) -> np.ndarray:
   return np.nanpercentile(flat, [25, 50, 75], axis=0)
 
 
+def wallclock_rate(evaluation: dict, name: str) -> float:
+  """A candidate's steps per second for the wall-clock curves: timed in interleaved rounds if the
+  evaluation did (its "timed_steps_per_second"), else the median of its runs' speeds."""
+  timed = evaluation.get("timed_steps_per_second", {})
+  if name in timed:
+    return float(timed[name])
+  return float(np.nanmedian(evaluation["results"][name]["steps_per_second"]))
+
+
 def plot_eval_curves(
   evaluation: dict,
   path: str,
@@ -68,7 +77,9 @@ def plot_eval_curves(
       default: every one).
     path: the PNG to write.
     title: the figure's title.
-    wallclock: against seconds (steps / the run's measured steps per second) instead of steps.
+    wallclock: against seconds instead of steps: steps / the candidate's steps per second, from
+      evaluation["timed_steps_per_second"] (interleaved rounds in one process) where it has the
+      candidate, else the median of its runs' measured speeds.
     panel_titles: {"train": ..., "test": ...}; default: the loss each panel plots.
   """
   steps = np.asarray(evaluation["steps"], np.float64)
@@ -82,7 +93,7 @@ def plot_eval_curves(
       result = results[name]
       x = steps
       if wallclock:
-        rate = np.nanmedian(result["steps_per_second"])
+        rate = wallclock_rate(evaluation, name)
         if not np.isfinite(rate):
           continue
         x = steps / rate
@@ -90,7 +101,7 @@ def plot_eval_curves(
       ax.plot(x[1:], median[1:], label=name, color=colors[name])
       ax.fill_between(x[1:], q25[1:], q75[1:], color=colors[name], alpha=0.2)
     ax.set_xscale("log")
-    ax.set_xlabel("seconds (steps / measured steps per second)" if wallclock else "inner step")
+    ax.set_xlabel("seconds (steps / steps per second)" if wallclock else "inner step")
     ax.set_ylabel(f"{split} loss (median, 25-75%)")
     panel_title = (panel_titles or {}).get(split, f"{split} loss")
     ax.set_title("\n".join(textwrap.wrap(panel_title, 60)), fontsize=8)

@@ -10,6 +10,7 @@ winners), build the held-out protocol (protocol.py) from their gin parameters an
 from collections.abc import Mapping, Sequence
 
 import gin
+import numpy as np
 
 from task_specific_learned_opt import checkpoints, errors, files, nests
 from task_specific_learned_opt.evaluation import candidates as candidates_lib
@@ -33,6 +34,7 @@ def run_evaluation(
   learning_rates: Sequence[float] = tuning.LEARNING_RATES,
   searched_objectives: Mapping[str, str] | None = None,
   histograms: Sequence[Sequence[str]] | None = None,
+  timing_rounds: int = 0,
 ) -> dict:
   """Candidates and per-task tuned baselines on the same runs; files, plots and a summary.
 
@@ -53,6 +55,9 @@ def run_evaluation(
     searched_objectives: {candidate name: "train" or "valid"}: the candidates that are baselines
       tuned on that objective (a random search's winners); other candidates are in both panels.
     histograms: (learned, baseline) pairs drawn as Fig. 6c histograms; None: every comparison.
+    timing_rounds: if positive, every candidate and tuned kind is timed in this many interleaved
+      rounds (running.time_candidates) for the wall-clock curves, instead of the speeds its runs
+      measured beside whatever else was running.
 
   Returns:
     The evaluation: running.evaluate_candidates' arrays, "tuned_learning_rates", "panels" and
@@ -77,6 +82,10 @@ def run_evaluation(
   )
   evaluation["results"].update(results)
   evaluation["tuned_learning_rates"] = rates
+  if timing_rounds > 0:
+    evaluation["timed_steps_per_second"] = _timed_speeds(
+      protocol, candidates, tuned_baselines, rates, timing_rounds
+    )
   objectives.update(
     {c.name: searched_objectives[c.name] for c in candidates if c.name in searched_objectives}
   )
@@ -87,6 +96,33 @@ def run_evaluation(
   evaluation["comparisons"], evaluation["paths"] = comparisons, paths
   reporting.print_summary(evaluation, protocol.num_steps)
   return evaluation
+
+
+def _timed_speeds(
+  protocol: protocol_lib.HeldOutProtocol,
+  candidates: Sequence[candidates_lib.Candidate],
+  tuned_baselines: Sequence[str],
+  rates: Mapping[str, Sequence[float]],
+  repetitions: int,
+) -> dict[str, float]:
+  """Steps per second of every candidate and tuned baseline, timed alike in one process.
+
+  A tuned kind is timed once, at the learning rate its training-loss tuning chose most often
+  (its speed does not depend on the value), and that speed is given to both of its baselines.
+  """
+  timed = list(candidates)
+  for kind in tuned_baselines:
+    chosen = np.asarray(rates[tuning.tuned_name(kind, "train")])
+    values, counts = np.unique(chosen, return_counts=True)
+    timed.append(
+      candidates_lib.baseline(kind, kind, learning_rate=float(values[np.argmax(counts)]))
+    )
+  speeds = running.time_candidates(protocol, timed, repetitions)
+  for kind in tuned_baselines:
+    for objective in tuning.TUNING_METRICS:
+      speeds[tuning.tuned_name(kind, objective)] = speeds[kind]
+    del speeds[kind]
+  return speeds
 
 
 def _check_histograms(
@@ -142,6 +178,7 @@ def evaluate(
   seed: int = 0,
   num_average_points: int = protocol_lib.NUM_AVERAGE_POINTS,
   histograms: Sequence[Sequence[str]] | None = None,
+  timing_rounds: int = 0,
 ) -> dict:
   """bin/eval: exported thetas and baselines on held-out tasks of `family`; files and plots.
 
@@ -167,6 +204,8 @@ def evaluate(
       are averaged into mean_valid_loss and mean_test_loss (baseline_search.py's L_valid).
     histograms: (theta name, baseline name) pairs drawn as Fig. 6c histograms (e.g. each theta
       against the searched winner of its own objective); None: every comparison.
+    timing_rounds: if positive, the wall-clock curves use speeds timed in this many interleaved
+      rounds in this process (Fig. 6 is in wall-clock) instead of those the runs measured.
 
   Returns:
     The evaluation, with "panels", "comparisons" (each theta against each baseline of each
@@ -190,6 +229,7 @@ def evaluate(
     learning_rates,
     searched_objectives,
     histograms,
+    timing_rounds,
   )
 
 

@@ -26,7 +26,7 @@ from absl import logging
 from task_specific_learned_opt import inner_training, random_seeds
 from task_specific_learned_opt.evaluation import candidates as candidates_lib
 from task_specific_learned_opt.evaluation import protocol as protocol_lib
-from task_specific_learned_opt.evaluation import run_cache
+from task_specific_learned_opt.evaluation import run_cache, wallclock
 from task_specific_learned_opt.optimizers import base as opt_base
 from task_specific_learned_opt.tasks import base as task_base
 
@@ -227,6 +227,59 @@ def evaluate_candidates(
       k: np.reshape(np.asarray(v), shape + list(np.shape(v[0]))) for k, v in results[name].items()
     }
   return {"steps": points, "average_steps": averaged, "results": results}
+
+
+def time_candidates(
+  protocol: protocol_lib.HeldOutProtocol,
+  candidates: Sequence[candidates_lib.Candidate],
+  repetitions: int,
+  num_steps: int | None = None,
+  warmup: int = 1,
+) -> dict[str, float]:
+  """Each candidate's inner steps per second, timed in interleaved rounds in this process.
+
+  The speeds an evaluation's runs measure depend on what ran beside each of them (and a long
+  evaluation may be split over processes); the wall-clock curves of Fig. 6 compare speeds, so
+  these are timed here alike: the protocol's first run of every candidate, `num_steps` steps from
+  the same state, the candidates called in turn (A B C A B C ...) for `repetitions` rounds after
+  `warmup` untimed ones (wallclock.time_interleaved, as bin/benchmark times).
+
+  Args:
+    protocol: the evaluation's runs (its first task and init are timed).
+    candidates: the optimizers.
+    repetitions: timed rounds.
+    num_steps: steps per timed call (default: the protocol's).
+    warmup: untimed rounds first (the first traces).
+
+  Returns:
+    {name: the median of its rounds' steps per second}.
+  """
+  num_steps = int(num_steps or protocol.num_steps)
+  task = protocol.family.sample(protocol_lib.task_seed(protocol.seed, 0))
+  seed = protocol_lib.run_seed(protocol.seed, 0, 0)
+  data_seed = random_seeds.fold_in(seed, 1)
+  train_fns = {
+    c.name: _timed_run(protocol, task, c, random_seeds.fold_in(seed, 0), data_seed, num_steps)
+    for c in candidates
+  }
+  rates, _ = wallclock.time_interleaved(train_fns, num_steps, repetitions, warmup)
+  return {name: float(np.median(r)) for name, r in rates.items()}
+
+
+def _timed_run(
+  protocol: protocol_lib.HeldOutProtocol,
+  task: task_base.Task,
+  candidate: candidates_lib.Candidate,
+  init_seed: tf.Tensor,
+  data_seed: tf.Tensor,
+  num_steps: int,
+) -> Callable[[], tf.Tensor]:
+  """What one timed call of time_candidates runs: `num_steps` steps from the same first state."""
+  compiled = _compiled(protocol.family, task, candidate.make, protocol.num_eval_batches)
+  values = tf.nest.map_structure(tf.convert_to_tensor, candidate.values)
+  state = compiled.init(task.data, values, init_seed)
+  first, steps = tf.constant(0), tf.constant(num_steps)
+  return lambda: compiled.run(task.data, values, state, first, steps, data_seed)[1]
 
 
 def _run_means(run: dict, where: np.ndarray) -> dict[str, float]:

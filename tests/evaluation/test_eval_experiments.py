@@ -1,9 +1,11 @@
 """Every gin/eval/ experiment runs end to end, as bin/eval runs it, at a tiny size.
 
-Each file is parsed with the project's gin parsing and the bindings of bin/eval's size flags plus
-a few that shrink the data, then `held_out.evaluate` (what bin/eval calls) evaluates a theta of
-the file's learned optimizer beside the file's tuned baselines, into a fresh output directory.
-MNIST comes from tfds.testing.mock_data, so nothing is downloaded.
+Each file (gin/eval/out_of_family/ included) is parsed with the project's gin parsing and the
+bindings of bin/eval's size flags plus a few that shrink the data, then `held_out.evaluate` (what
+bin/eval calls) evaluates a theta of the file's learned optimizer beside the file's tuned
+baselines, into a fresh output directory. For the shipped thetas' family and each problem out of
+it, the test also checks what the evaluated tasks train: the model, its parameter count and the
+image shape. MNIST comes from tfds.testing.mock_data, so nothing is downloaded.
 """
 
 import json
@@ -16,14 +18,19 @@ import pytest
 import tensorflow_datasets as tfds
 import testing_utils
 
-from task_specific_learned_opt import checkpoints, gin_config
+from task_specific_learned_opt import checkpoints, gin_config, random_seeds
 from task_specific_learned_opt.cli import configurables  # noqa: F401 - registers the gin names.
-from task_specific_learned_opt.evaluation import held_out, reporting, tuning
+from task_specific_learned_opt.evaluation import held_out, reporting, running, tuning
+from task_specific_learned_opt.tasks import networks
 
 EVAL_DIR = os.path.join(testing_utils.REPO, "gin", "eval")
-# Each experiment -> (the kinds it tunes per task, the thetas it evaluates: None for a fresh
-# export of its learned optimizer's init named "learned"[, the objectives of the searches whose
-# winners it takes]).
+SHIPPED_THETAS = {
+  "L_train": "pretrained/generated_bn_cnn_train/theta",
+  "L_valid": "pretrained/generated_bn_cnn_valid/theta",
+}
+# Each experiment (its path under gin/eval/) -> (the kinds it tunes per task, the thetas it
+# evaluates: None for a fresh export of its learned optimizer's init named "learned"[, the
+# objectives of the searches whose winners it takes]).
 EXPERIMENTS = {
   "generated.gin": (("adam", "rmsprop", "sgdm"), None),
   "longer_unrolls.gin": (("adam", "rmsprop", "sgdm"), None),
@@ -41,6 +48,53 @@ EXPERIMENTS = {
     ("train", "valid"),
   ),
   "quickstart.gin": (("adam", "sgdm"), None),
+  "out_of_family/cnn_6_layers.gin": (("adam",), SHIPPED_THETAS),
+  "out_of_family/cnn_8_channels.gin": (("adam",), SHIPPED_THETAS),
+  "out_of_family/cnn_32_channels.gin": (("adam",), SHIPPED_THETAS),
+  "out_of_family/cnn_no_batch_norm.gin": (("adam",), SHIPPED_THETAS),
+  "out_of_family/images_16x16.gin": (("adam",), SHIPPED_THETAS),
+  "out_of_family/mlp_2x32.gin": (("adam",), SHIPPED_THETAS),
+}
+# What the evaluated tasks train, (model name, parameters, image shape): the shipped thetas' own
+# family (pretrained.gin) and each problem out of it. A 3x3 conv layer from c to c' channels has
+# 9 c c' weights and c' biases, plus 2 c' batch-norm scales and offsets; the linear layer to the 10
+# classes 10 c + 10 from c channels (after the global average pool) or hidden units.
+MODELS = {
+  "pretrained.gin": (
+    "conv3x16_bn",
+    (9 * 3 * 16 + 3 * 16) + 2 * (9 * 16 * 16 + 3 * 16) + (10 * 16 + 10),  # 5,354
+    (32, 32, 3),
+  ),
+  "out_of_family/cnn_8_channels.gin": (
+    "conv3x8_bn",
+    (9 * 3 * 8 + 3 * 8) + 2 * (9 * 8 * 8 + 3 * 8) + (10 * 8 + 10),  # 1,530
+    (32, 32, 3),
+  ),
+  "out_of_family/cnn_32_channels.gin": (
+    "conv3x32_bn",
+    (9 * 3 * 32 + 3 * 32) + 2 * (9 * 32 * 32 + 3 * 32) + (10 * 32 + 10),  # 19,914
+    (32, 32, 3),
+  ),
+  "out_of_family/cnn_6_layers.gin": (
+    "conv6x16_bn",
+    (9 * 3 * 16 + 3 * 16) + 5 * (9 * 16 * 16 + 3 * 16) + (10 * 16 + 10),  # 12,410
+    (32, 32, 3),
+  ),
+  "out_of_family/cnn_no_batch_norm.gin": (
+    "conv3x16",
+    (9 * 3 * 16 + 16) + 2 * (9 * 16 * 16 + 16) + (10 * 16 + 10),  # 5,258
+    (32, 32, 3),
+  ),
+  "out_of_family/mlp_2x32.gin": (
+    "mlp32x32",
+    (32 * 32 * 3 * 32 + 32) + (32 * 32 + 32) + (10 * 32 + 10),  # 99,722
+    (32, 32, 3),
+  ),
+  "out_of_family/images_16x16.gin": (
+    "conv3x16_bn",
+    (9 * 3 * 16 + 3 * 16) + 2 * (9 * 16 * 16 + 3 * 16) + (10 * 16 + 10),  # 5,354: pooled
+    (16, 16, 3),
+  ),
 }
 # bin/eval --num_tasks 1 --num_inits 1 --num_steps 10, and the rest of the run and data shrunk.
 TINY = [
@@ -69,8 +123,38 @@ def no_network(monkeypatch):
   monkeypatch.setattr(socket, "create_connection", fail)
 
 
+@pytest.fixture
+def trained(monkeypatch):
+  """Records (model name, parameter count, image shape) of the task of every inner run."""
+  seen = set()
+  evaluate_run = running.evaluate_run
+
+  def record(family, task, *args, **kwargs):
+    params = task.init_params(random_seeds.as_seed(0))
+    seen.add((task.model.name, networks.num_params(params), task.image_shape))
+    return evaluate_run(family, task, *args, **kwargs)
+
+  monkeypatch.setattr(running, "evaluate_run", record)
+  return seen
+
+
+def _gin_files(directory: str) -> list[str]:
+  """Every .gin file under `directory`, its subdirectories included, relative to it."""
+  return [
+    os.path.relpath(os.path.join(folder, name), directory)
+    for folder, _, names in os.walk(directory)
+    for name in names
+    if name.endswith(".gin")
+  ]
+
+
 def test_every_eval_experiment_is_run_here():
-  assert sorted(EXPERIMENTS) == sorted(f for f in os.listdir(EVAL_DIR) if f.endswith(".gin"))
+  assert "out_of_family/mlp_2x32.gin" in _gin_files(EVAL_DIR)
+  assert sorted(EXPERIMENTS) == sorted(_gin_files(EVAL_DIR))
+
+
+def test_the_models_checked_are_experiments():
+  assert set(MODELS) <= set(EXPERIMENTS)
 
 
 def _write_best(path, objective):
@@ -84,7 +168,7 @@ def _write_best(path, objective):
 
 
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))
-def test_eval_experiment_runs_end_to_end(name, tmp_path, no_network):
+def test_eval_experiment_runs_end_to_end(name, tmp_path, no_network, trained):
   kinds, thetas, *rest = EXPERIMENTS[name]
   objectives = rest[0] if rest else ()
   searched = [_write_best(tmp_path / f"{o}.json", o) for o in objectives]
@@ -111,3 +195,5 @@ def test_eval_experiment_runs_end_to_end(name, tmp_path, no_network):
     for key in ("mean_loss", "mean_valid_loss", "mean_test_loss"):
       assert np.all(np.isfinite(np.asarray(results[key], dtype=float))), (candidate, key)
   assert saved["steps"][-1] == 10
+  if name in MODELS:
+    assert trained == {MODELS[name]}

@@ -7,7 +7,7 @@ import gin
 import numpy as np
 import pytest
 
-from task_specific_learned_opt import checkpoints
+from task_specific_learned_opt import checkpoints, plots
 from task_specific_learned_opt.evaluation import (
   baseline_search,
   candidates,
@@ -244,14 +244,14 @@ def test_the_final_comparison_evaluates_other_thetas_beside_the_trained_one(tmp_
   assert output.index("learned vs " + on_train) < output.index("shipped vs " + on_train)
 
 
-def _evaluate_quadratics(output_dir, theta_dir, **settings):
-  """A small bin/eval of one theta and tuned Adam on quadratics, into `output_dir`."""
+def _evaluate_quadratics(output_dir, theta_dir, tuned_baselines=("adam",), **settings):
+  """A small bin/eval of one theta and tuned baselines on quadratics, into `output_dir`."""
   return held_out.evaluate(
     output_dir,
     {"learned": theta_dir},
     family=quadratic.QuadraticFamily(dim=4, noise_std=0.3),
     lopt=mlp_lopt.MLPLOpt(),
-    tuned_baselines=("adam",),
+    tuned_baselines=tuned_baselines,
     learning_rates=(1e-2, 1e-1),
     num_tasks=2,
     num_inits=2,
@@ -327,3 +327,29 @@ def test_histograms_are_drawn_for_the_pairs_named_and_a_wrong_name_stops_before_
   with pytest.raises(held_out.HistogramNameError, match="the --theta names"):
     _evaluate_quadratics(str(tmp_path / "other"), theta_dir, histograms=[("L_valid", on_valid)])
   assert not (tmp_path / "other").exists()
+
+
+def test_wall_clock_speeds_are_timed_alike_for_every_candidate_and_tuned_kind(tmp_path):
+  lopt = mlp_lopt.MLPLOpt()
+  theta_dir = str(tmp_path / "theta")
+  checkpoints.save_theta(theta_dir, lopt.init(0))
+  result = _evaluate_quadratics(
+    str(tmp_path / "eval"), theta_dir, tuned_baselines=("adam", "sgdm"), timing_rounds=2
+  )
+  timed = result["timed_steps_per_second"]
+  assert set(timed) == set(result["results"])
+  assert all(np.isfinite(v) and v > 0 for v in timed.values())
+  for kind in ("adam", "sgdm"):  # One timing per kind, for both of its baselines.
+    assert (
+      timed[f"{kind} (lr tuned per task on train loss)"]
+      == timed[f"{kind} (lr tuned per task on valid loss)"]
+    )
+  saved = json.load(open(result["paths"]["json"]))
+  assert saved["timed_steps_per_second"] == pytest.approx(timed)
+  for name in timed:  # The wall-clock curves use them, not the runs' own speeds.
+    assert plots.wallclock_rate(saved, name) == pytest.approx(timed[name])
+  untimed = _evaluate_quadratics(str(tmp_path / "untimed"), theta_dir)
+  assert "timed_steps_per_second" not in untimed
+  assert plots.wallclock_rate(untimed, "learned") == np.nanmedian(
+    untimed["results"]["learned"]["steps_per_second"]
+  )
