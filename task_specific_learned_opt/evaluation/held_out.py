@@ -35,6 +35,7 @@ def run_evaluation(
   searched_objectives: Mapping[str, str] | None = None,
   histograms: Sequence[Sequence[str]] | None = None,
   timing_rounds: int = 0,
+  runs_from: Sequence[str] = (),
 ) -> dict:
   """Candidates and per-task tuned baselines on the same runs; files, plots and a summary.
 
@@ -58,6 +59,8 @@ def run_evaluation(
     timing_rounds: if positive, every candidate and tuned kind is timed in this many interleaved
       rounds (running.time_candidates) for the wall-clock curves, instead of the speeds its runs
       measured beside whatever else was running.
+    runs_from: output directories of evaluations of the same protocol (parts of this one run
+      elsewhere) whose finished runs are taken instead of running them again.
 
   Returns:
     The evaluation: running.evaluate_candidates' arrays, "tuned_learning_rates", "panels" and
@@ -75,7 +78,7 @@ def run_evaluation(
         f"{name} was tuned on {objective!r}; expected one of {tuple(tuning.TUNING_METRICS)}."
       )
   _check_histograms(histograms, learned_names, candidates, tuned_baselines)
-  cache = run_cache.RunCache(output_dir, protocol)
+  cache = run_cache.RunCache(output_dir, protocol, runs_from)
   evaluation = running.evaluate_candidates(protocol, candidates, cache)
   results, rates, objectives = tuning.tune_each_kind(
     protocol, tuned_baselines, learning_rates, cache
@@ -160,11 +163,12 @@ def _learned(
   ]
 
 
-@gin.configurable(denylist=["output_dir", "thetas", "searched"])
+@gin.configurable(denylist=["output_dir", "thetas", "searched", "runs_from"])
 def evaluate(
   output_dir: str,
   thetas: Mapping[str, str] | None = None,
   searched: Sequence[str] = (),
+  runs_from: Sequence[str] = (),
   family: task_base.TaskFamily = gin.REQUIRED,
   lopt: lopt_base.LearnedOptimizer | None = None,
   optimizers: Mapping[str, opt_base.Optimizer] | None = None,
@@ -188,6 +192,8 @@ def evaluate(
     searched: best.json files of random searches (bin/tune_baselines); their winners (the
       paper's Adam+Reg+Decay curves) are baselines tuned on the search's objective: L_train
       winners in the train-loss panel and comparisons, L_valid winners in the test-loss ones.
+    runs_from: output directories of evaluations of the same protocol whose finished runs are
+      taken (bin/eval --runs_from: an evaluation split over processes, joined).
     family: the held-out tasks (e.g. the outer-test classes).
     lopt: the learned optimizer the thetas belong to.
     optimizers: {name: hand-designed optimizer with fixed hyper-parameters}.
@@ -230,6 +236,7 @@ def evaluate(
     searched_objectives,
     histograms,
     timing_rounds,
+    runs_from,
   )
 
 

@@ -7,11 +7,14 @@ A run is found by its candidate's name, a digest of the candidate's values (a th
 hyper-parameter dict), its task and its init, so a changed theta or learning rate is run again.
 The first line records the protocol (its settings, the family's name and a digest of the first
 held-out task's data); a directory holding another evaluation's runs is refused, since mixing
-them would compare runs on different tasks.
+them would compare runs on different tasks. Runs of the same protocol made elsewhere (a long
+evaluation split over processes, each with a part of the optimizers in its own directory) are
+taken in with `sources`.
 """
 
 import hashlib
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +30,10 @@ FILENAME = "runs.jsonl"
 
 class OtherEvaluationError(errors.UserError, ValueError):
   """The output directory holds the runs of an evaluation with another protocol."""
+
+
+class SourceNotFoundError(errors.UserError, FileNotFoundError):
+  """A directory to take runs from has no runs.jsonl."""
 
 
 def digest(nest: Any) -> str:
@@ -53,15 +60,23 @@ def describe(protocol: protocol_lib.HeldOutProtocol, first_task: task_base.Task)
 class RunCache:
   """The finished runs of one evaluation, in `<directory>/runs.jsonl`."""
 
-  def __init__(self, directory: str, protocol: protocol_lib.HeldOutProtocol):
+  def __init__(
+    self,
+    directory: str,
+    protocol: protocol_lib.HeldOutProtocol,
+    sources: Sequence[str] = (),
+  ):
     """Opens (or starts) the cache of `protocol`'s runs in `directory`.
 
     Args:
       directory: the evaluation's output directory (created if missing).
       protocol: the runs the evaluation makes.
+      sources: output directories of evaluations of the same protocol whose finished runs are
+        added to this one's (runs it has already are kept).
 
     Raises:
-      OtherEvaluationError: `directory` holds the runs of another protocol.
+      OtherEvaluationError: `directory` or a source holds the runs of another protocol.
+      SourceNotFoundError: a source has no runs.jsonl.
     """
     os.makedirs(directory, exist_ok=True)
     self.path = os.path.join(directory, FILENAME)
@@ -75,6 +90,25 @@ class RunCache:
         f"{self.path} holds the runs of another evaluation ({records[0].get('protocol')}, not "
         f"{header['protocol']}); give a new --output_dir, or delete {FILENAME} to start over."
       )
+    keys = {self._key(**r["key"]) for r in records[1:]}
+    for source in sources:
+      path = os.path.join(source, FILENAME)
+      if not os.path.exists(path):
+        raise SourceNotFoundError(
+          f"{path} does not exist: --runs_from takes an output directory of bin/eval."
+        )
+      found = files.read_jsonl(path)
+      if not found or found[0] != header:
+        theirs = found[0].get("protocol") if found else None
+        raise OtherEvaluationError(
+          f"{path} holds the runs of another evaluation ({theirs}, not {header['protocol']}); "
+          "only runs of the same tasks, seed and steps can be joined."
+        )
+      for record in found[1:]:
+        if self._key(**record["key"]) not in keys:
+          keys.add(self._key(**record["key"]))
+          records.append(record)
+      logging.info("%s: runs taken from %s", self.path, path)
     # Rewritten whole, so that a last line cut short by a crash is not followed by another.
     files.write_jsonl(self.path, records)
     self._runs = {self._key(**r["key"]): r["run"] for r in records[1:]}

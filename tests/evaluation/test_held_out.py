@@ -353,3 +353,45 @@ def test_wall_clock_speeds_are_timed_alike_for_every_candidate_and_tuned_kind(tm
   assert plots.wallclock_rate(untimed, "learned") == np.nanmedian(
     untimed["results"]["learned"]["steps_per_second"]
   )
+
+
+def test_an_evaluation_split_over_processes_is_joined_with_the_runs_of_its_parts(
+  tmp_path, monkeypatch
+):
+  lopt = mlp_lopt.MLPLOpt()
+  theta_dir = str(tmp_path / "theta")
+  checkpoints.save_theta(theta_dir, lopt.init(0))
+  whole = _evaluate_quadratics(str(tmp_path / "whole"), theta_dir, tuned_baselines=("adam", "sgdm"))
+  # Two parts, each with some of the optimizers, in their own directories.
+  _evaluate_quadratics(str(tmp_path / "part1"), theta_dir, tuned_baselines=("adam",))
+  held_out.evaluate(
+    str(tmp_path / "part2"),
+    family=quadratic.QuadraticFamily(dim=4, noise_std=0.3),
+    tuned_baselines=("sgdm",),
+    learning_rates=(1e-2, 1e-1),
+    num_tasks=2,
+    num_inits=2,
+    num_steps=12,
+    num_points=3,
+    num_eval_batches=1,
+    num_average_points=3,
+  )
+  calls = []
+  monkeypatch.setattr(running, "evaluate_run", lambda *a, **k: calls.append(a) or 1 / 0)
+  joined = _evaluate_quadratics(
+    str(tmp_path / "joined"),
+    theta_dir,
+    tuned_baselines=("adam", "sgdm"),
+    runs_from=[str(tmp_path / "part1"), str(tmp_path / "part2")],
+  )
+  assert calls == []  # Nothing run again.
+  for name, r in whole["results"].items():
+    np.testing.assert_array_equal(
+      joined["results"][name]["mean_loss"], r["mean_loss"], err_msg=name
+    )
+  with pytest.raises(run_cache.OtherEvaluationError, match="can be joined"):
+    _evaluate_quadratics(
+      str(tmp_path / "other"), theta_dir, seed=3, runs_from=[str(tmp_path / "part1")]
+    )
+  with pytest.raises(run_cache.SourceNotFoundError, match="runs_from"):
+    _evaluate_quadratics(str(tmp_path / "other"), theta_dir, runs_from=[str(tmp_path / "nowhere")])
