@@ -5,6 +5,8 @@ training loss; the test-loss panel, and the comparisons on mean_test_loss, those
 validation loss (tuning.py). Learned and fixed candidates are in both. The files:
 
   evaluation.json          everything, per candidate [task, init, point] arrays, the panels;
+  summary.json             the same without the per-run arrays (small enough to ship): per
+                           candidate its per-task run averages and its curves' percentiles;
   evaluation.csv           one row per (candidate, task, init, step);
   curves.png               median and 25/75 percentiles against steps (Fig. 6a/b) ...
   curves_wallclock.png     ... and against wall-clock, steps rescaled by measured steps/s (App. I);
@@ -23,6 +25,7 @@ from task_specific_learned_opt import files, plots
 from task_specific_learned_opt.evaluation import protocol as protocol_lib
 
 RESULTS_FILENAME = "evaluation.json"
+SUMMARY_FILENAME = "summary.json"
 CSV_FILENAME = "evaluation.csv"
 CURVES_FILENAME = "curves.png"
 WALLCLOCK_FILENAME = "curves_wallclock.png"
@@ -135,11 +138,13 @@ def write(
   """
   paths = {
     "json": os.path.join(output_dir, RESULTS_FILENAME),
+    "summary": os.path.join(output_dir, SUMMARY_FILENAME),
     "csv": os.path.join(output_dir, CSV_FILENAME),
     "curves": os.path.join(output_dir, CURVES_FILENAME),
     "curves_wallclock": os.path.join(output_dir, WALLCLOCK_FILENAME),
   }
   files.write_json(paths["json"], {**evaluation, "comparisons": list(comparisons)}, indent=None)
+  files.write_json(paths["summary"], summarize(evaluation, title, comparisons), indent=1)
   write_csv(evaluation, paths["csv"])
   titles = panel_titles(evaluation)
   plots.plot_eval_curves(evaluation, paths["curves"], title, panel_titles=titles)
@@ -159,6 +164,50 @@ def write(
     paths[key] = os.path.join(output_dir, f"{key}.png")
     plots.plot_histogram(c, paths[key])
   return paths
+
+
+# The run-averaged metrics a summary keeps per task (averaged over inits).
+SUMMARY_METRICS = ("mean_loss", "mean_valid_loss", "mean_test_loss", "final_test_loss")
+
+
+def summarize(evaluation: dict, title: str, comparisons: Sequence[dict] = ()) -> dict:
+  """An evaluation without its [task, init, step] arrays: what the tables and curves need.
+
+  Args:
+    evaluation: as held_out.run_evaluation makes it.
+    title: the evaluation's title (the protocol's).
+    comparisons: `compare` results.
+
+  Returns:
+    {"title", "steps", "average_steps", "panels", "panel_baselines", "tuned_learning_rates",
+     "timed_steps_per_second" (if timed), "comparisons", "candidates": {name: {"per_task":
+     {metric: [num_tasks] means over inits}, "curves": {"<split>_loss": [3, steps] the 25th, 50th
+     and 75th percentiles over runs}, "final_test_accuracy": mean, "steps_per_second": median of
+     the runs'}}}.
+  """
+  candidates = {}
+  for name, r in evaluation["results"].items():
+    accuracy = np.asarray(r["test_accuracy"], np.float64)[..., -1]  # NaN for tasks without one.
+    candidates[name] = {
+      "per_task": {m: np.mean(r[m], axis=1) for m in SUMMARY_METRICS if m in r},
+      "curves": {
+        f"{split}_loss": np.nanpercentile(
+          np.reshape(r[f"{split}_loss"], [-1, np.shape(r[f"{split}_loss"])[-1]]),
+          [25, 50, 75],
+          axis=0,
+        )
+        for split in protocol_lib.SPLITS
+      },
+      "final_test_accuracy": float(np.nanmean(accuracy)) if np.isfinite(accuracy).any() else np.nan,
+      "steps_per_second": float(np.nanmedian(r["steps_per_second"])),
+    }
+  keys = ("steps", "average_steps", "panels", "panel_baselines", "tuned_learning_rates")
+  summary = {"title": title, **{k: evaluation[k] for k in keys if k in evaluation}}
+  if "timed_steps_per_second" in evaluation:
+    summary["timed_steps_per_second"] = evaluation["timed_steps_per_second"]
+  summary["comparisons"] = list(comparisons)
+  summary["candidates"] = candidates
+  return summary
 
 
 def write_csv(evaluation: dict, path: str) -> None:

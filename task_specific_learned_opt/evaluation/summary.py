@@ -33,20 +33,24 @@ class EvaluationNotFoundError(errors.UserError, FileNotFoundError):
 
 
 def evaluation_path(path: str) -> str:
-  """The evaluation.json of `path`: the file itself, or the one in the directory `path`.
+  """The evaluation of `path`: the file itself, or the directory's evaluation.json, or its
+  summary.json (what a shipped evaluation keeps).
 
   Args:
-    path: an output directory of bin/eval, or its evaluation.json.
+    path: an output directory of bin/eval, or its evaluation.json or summary.json.
 
   Raises:
-    EvaluationNotFoundError: `path` does not exist, or is a directory without evaluation.json.
+    EvaluationNotFoundError: `path` does not exist, or is a directory without either file.
   """
   if os.path.isdir(path):
-    path = os.path.join(path, reporting.RESULTS_FILENAME)
+    directory = path
+    path = os.path.join(directory, reporting.RESULTS_FILENAME)
+    if not os.path.isfile(path):
+      path = os.path.join(directory, reporting.SUMMARY_FILENAME)
   if not os.path.isfile(path):
     raise EvaluationNotFoundError(
       f"{path} does not exist: give an output directory of bin/eval (it holds "
-      f"{reporting.RESULTS_FILENAME}) or the file itself."
+      f"{reporting.RESULTS_FILENAME} or {reporting.SUMMARY_FILENAME}) or the file itself."
     )
   return path
 

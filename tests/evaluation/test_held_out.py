@@ -65,6 +65,16 @@ def test_evaluate_writes_results_and_plots(tmp_path):
     assert np.shape(saved["results"][on_valid][key]) == (3, 2)
   for name, r in saved["results"].items():
     assert np.array_equal(r["final_test_loss"], np.asarray(r["test_loss"])[:, :, -1]), name
+  summary = json.load(open(paths["summary"]))  # The same numbers, without the per-run arrays.
+  assert os.path.getsize(paths["summary"]) < os.path.getsize(paths["json"])
+  assert summary["comparisons"] == saved["comparisons"]
+  assert summary["panels"] == saved["panels"]
+  for name, r in saved["results"].items():
+    c = summary["candidates"][name]
+    np.testing.assert_allclose(c["per_task"]["final_test_loss"], np.mean(r["final_test_loss"], 1))
+    np.testing.assert_allclose(
+      c["curves"]["test_loss"][1], np.median(np.reshape(r["test_loss"], [6, -1]), axis=0)
+    )
   rows = open(paths["csv"]).read().splitlines()
   assert len(rows) == 1 + 4 * 3 * 2 * len(saved["steps"])
   assert "valid_loss" in rows[0].split(",")
