@@ -157,21 +157,14 @@ def test_the_models_checked_are_experiments():
   assert set(MODELS) <= set(EXPERIMENTS)
 
 
-def _write_best(path, objective):
-  """A random search's best.json (as bin/tune_baselines writes it) with one Adam winner."""
-  hparams = {"learning_rate": 1e-2, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
-  hparams.update({"linear_decay": 1e-3, "exponential_decay": 1e-3, "l1": 1e-6, "l2": 1e-4})
-  signature = {"mode": "random_search", "objective": objective}
-  best = {"adam": {"id": "adam/0", "hparams": hparams, "objective": 1.0}}
-  path.write_text(json.dumps({"signature": signature, "best": best}))
-  return str(path)
-
-
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))
 def test_eval_experiment_runs_end_to_end(name, tmp_path, no_network, trained):
   kinds, thetas, *rest = EXPERIMENTS[name]
   objectives = rest[0] if rest else ()
-  searched = [_write_best(tmp_path / f"{o}.json", o) for o in objectives]
+  searched = [  # The shipped searches' winners (gin/eval/pretrained_fig6.gin).
+    os.path.join(testing_utils.REPO, f"pretrained/fig6/adam_reg_decay_L_{o}/best.json")
+    for o in objectives
+  ]
   output_dir = str(tmp_path / "eval")
   with tfds.testing.mock_data(num_examples=MOCK_MNIST_EXAMPLES):
     gin_config.parse([os.path.join(EVAL_DIR, name)], TINY)
