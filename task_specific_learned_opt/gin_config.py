@@ -7,12 +7,19 @@ error that names the problem (GinConfigError, an errors.UserError), and the conf
 unlocked (finalize_config=False) so tests can clear it. `parse` drops gin's "Path not found" log
 line for an include it then finds in gin/. `init_spawned_process` gives a process started with
 multiprocessing's "spawn" its parent's gin registrations, config and threads: it imports the
-parent's modules by name, the package's only import by name at run time.
+parent's modules by name.
+
+A user's own configurables (a Keras model function for tasks/keras_task.py) live in the user's
+modules: `import_modules` imports them (every binary's --import_module, a dotted name or a .py
+file; the working directory is searched too) before the gin files are parsed, and remembers
+them, so that spawned processes import them (`registering_modules`) and processes started as
+commands are given them again (`import_module_flags`).
 """
 
 import importlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -30,6 +37,64 @@ class GinConfigError(errors.UserError, ValueError):
   """A gin file or binding that cannot be parsed or names something unknown."""
 
 
+class ImportModuleError(GinConfigError):
+  """A module of --import_module that cannot be found."""
+
+
+_imported_modules: list[str] = []  # --import_module values imported in this process, in order.
+
+
+def _module_name(module: str) -> str:
+  """The name `module` (a dotted name, or the path of a .py file) is imported by."""
+  return os.path.basename(module)[: -len(".py")] if module.endswith(".py") else module
+
+
+def _make_importable(module: str) -> None:
+  """Puts the directory of a .py file, or else the working directory, on sys.path."""
+  if module.endswith(".py"):
+    if not os.path.isfile(module):
+      raise ImportModuleError(f"--import_module {module}: no such file.")
+    directory = os.path.dirname(os.path.abspath(module))
+    if directory not in sys.path:
+      sys.path.insert(0, directory)
+  elif os.getcwd() not in sys.path and "" not in sys.path:
+    sys.path.append(os.getcwd())  # Binaries run as scripts do not search the working directory.
+
+
+def import_modules(modules: Sequence[str]) -> None:
+  """Imports the user's modules, whose @gin.configurable names the gin files may then use.
+
+  Args:
+    modules: dotted module names (searched on sys.path and in the working directory) or paths
+      of .py files.
+
+  Raises:
+    ImportModuleError: a module, or a module it imports, is not found; the message names it.
+  """
+  for module in modules:
+    _make_importable(module)
+    name = _module_name(module)
+    try:
+      importlib.import_module(name)
+    except ModuleNotFoundError as e:
+      if e.name is not None and (name == e.name or name.startswith(e.name + ".")):
+        raise ImportModuleError(
+          f"--import_module {module}: no module {e.name!r} on the Python path or in the working "
+          f"directory {os.getcwd()}; run from the directory that holds it, add that directory to "
+          "PYTHONPATH, or give the path of its .py file."
+        ) from e
+      raise ImportModuleError(
+        f"--import_module {module}: it imports {e.name!r}, which is not installed; install it."
+      ) from e
+    if module not in _imported_modules:
+      _imported_modules.append(module)
+
+
+def import_module_flags() -> list[str]:
+  """The --import_module flags of the modules imported so far, for a process started here."""
+  return [f"--import_module={module}" for module in _imported_modules]
+
+
 def _resolve(path: str) -> str:
   """`path` as given, else relative to the project root, else relative to gin/."""
   for candidate in (
@@ -45,16 +110,25 @@ def _resolve(path: str) -> str:
   )
 
 
-def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> None:
-  """Clears gin and parses `gin_files` then `gin_bindings` (later ones override earlier ones).
+def parse(
+  gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = (), modules: Sequence[str] = ()
+) -> None:
+  """Imports `modules`, clears gin and parses `gin_files` then `gin_bindings` (later ones win).
 
   Files and includes are looked up in the working directory, the project root and gin/.
+
+  Args:
+    gin_files: gin files.
+    gin_bindings: gin bindings.
+    modules: the user's modules to import first (`import_modules`; --import_module).
 
   Raises:
     GinConfigError: a missing file, a syntax error, or an unknown configurable or parameter;
       the message names it and says how to fix it.
+    ImportModuleError: a module of `modules` is not found.
   """
   global _search_path_added
+  import_modules(modules)
   gin.clear_config()
   if os.path.isdir(GIN_DIR) and not _search_path_added:
     gin.add_config_file_search_path(GIN_DIR)
@@ -67,14 +141,25 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> No
       list(gin_files), list(gin_bindings), skip_unknown=False, finalize_config=False
     )
   except (OSError, ValueError, KeyError, SyntaxError) as e:
-    message = str(e).strip().splitlines()
+    message = " ".join(str(e).strip().splitlines())
     raise GinConfigError(
-      f"Bad gin configuration: {' '.join(message)}. Check the spelling of the configurable "
+      f"Bad gin configuration: {message}. Check the spelling of the configurable "
       "and parameter in --gin_file/--gin_bindings (names are the @gin.configurable classes and "
-      "functions of task_specific_learned_opt)."
+      f"functions of task_specific_learned_opt){_import_hint(message)}."
     ) from e
   finally:
     logging.getLogger().removeFilter(quiet)
+
+
+def _import_hint(message: str) -> str:
+  """For an unknown configurable of a module of the user's: the --import_module that fixes it."""
+  match = re.search(r"No configurable matching (?:reference )?'@?([\w.]+)", message)
+  if not match or "." not in match.group(1):
+    return ""
+  module = match.group(1).rsplit(".", 1)[0]
+  if module in map(_module_name, _imported_modules):
+    return f"; {module} is imported, but registers no configurable {match.group(1)!r}"
+  return f", or, if {module} is a module of yours that defines it, pass --import_module {module}"
 
 
 class _IncludeLookupFilter(logging.Filter):
@@ -106,9 +191,10 @@ def configure_threads(inter_op_threads: int = 2, intra_op_threads: int = 0) -> N
 
 
 def registering_modules() -> list[str]:
-  """The package's modules loaded in this process: those whose @gin.configurable names a config
-  of this process may use."""
-  return sorted(name for name in list(sys.modules) if name.split(".")[0] == PACKAGE)
+  """The modules loaded in this process whose @gin.configurable names a config of this process
+  may use: the package's, then the user's (`import_modules`)."""
+  package = sorted(name for name in list(sys.modules) if name.split(".")[0] == PACKAGE)
+  return package + [_module_name(module) for module in _imported_modules]
 
 
 def init_spawned_process(config_str: str, modules: Sequence[str]) -> None:

@@ -1,4 +1,4 @@
-"""What the binaries share: one-line errors for mistakes a user can fix.
+"""What the binaries share: their common flags, and one-line errors for mistakes a user can fix.
 
 A wrong gin binding or an unprepared dataset is the user's to fix, so the binary prints one line
 that names the problem and the fix, and exits with status 1, instead of a traceback.
@@ -16,10 +16,19 @@ from task_specific_learned_opt.distributed import stopping
 
 
 def define_gin_flags(default_gin_file: str) -> None:
-  """Defines --gin_file and --gin_bindings, which every binary takes (once per process)."""
+  """Defines --gin_file, --gin_bindings and --import_module, which every binary takes (once per
+  process); the binary passes --import_module to gin_config.parse."""
   if "gin_file" not in flags.FLAGS:
     flags.DEFINE_multi_string("gin_file", [default_gin_file], "Gin experiment file(s).")
     flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings that override the files.")
+    flags.DEFINE_multi_string(
+      "import_module",
+      [],
+      "A Python module of yours (a dotted name, found on the Python path or in the working "
+      "directory, or a .py file) imported before the gin files are parsed, so that the gin "
+      "files can name its @gin.configurable functions, e.g. a Keras model function for "
+      "KerasModelFamily.model_fn. Repeatable; processes this one starts get it too.",
+    )
 
 
 def define_train_dir_flags(default_train_dir: str) -> None:

@@ -39,6 +39,8 @@ from task_specific_learned_opt.studies import ablation_study, seed_study  # noqa
 from task_specific_learned_opt.tasks import (  # noqa: F401, F811 - tasks.toy after figures.toy
   families,
   generated,
+  keras_data,
+  keras_task,
   networks,
   quadratic,
   random_data,

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from absl import logging
 
-from task_specific_learned_opt import files
+from task_specific_learned_opt import files, gin_config
 
 BIN_DIR = os.path.join(files.PROJECT_ROOT, "bin")
 
@@ -77,11 +77,13 @@ def role_command(
     *flags: this process's own flags (--train_dir, --task_index).
 
   Returns:
-    The argv to run, with this Python interpreter.
+    The argv to run, with this Python interpreter and an --import_module for each of the
+    user's modules this process imported (gin_config.import_module_flags).
   """
   common = [f"--cluster={json.dumps(cluster)}"]
   common += [f"--gin_file={f}" for f in gin_files]
   common += [f"--gin_bindings={b}" for b in gin_bindings]
+  common += gin_config.import_module_flags()
   return [sys.executable, binary(role), *common, *flags]
 
 

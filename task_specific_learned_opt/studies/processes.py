@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 from absl import logging
 
-from task_specific_learned_opt import errors, files
+from task_specific_learned_opt import errors, files, gin_config
 from task_specific_learned_opt.distributed import evaluator_role, launch, progress
 from task_specific_learned_opt.distributed import train_dir as train_dir_lib
 
@@ -51,7 +51,8 @@ def runs_of(output_dir: str, configurations: Mapping[str, str], num_seeds: int) 
 
 
 def command(run: Run, max_inner_steps: int | None, bindings: Sequence[str] = ()) -> list[str]:
-  """The bin/train_local command of `run` (this Python), stopped at `max_inner_steps` if set."""
+  """The bin/train_local command of `run` (this Python), stopped at `max_inner_steps` if set,
+  with the --import_module of each of the user's modules this process imported."""
   flags = [f"--gin_file={run.gin_file}", f"--train_dir={run.train_dir}"]
   budget = (
     [] if max_inner_steps is None else [f"outer_training.max_inner_steps = {max_inner_steps}"]
@@ -65,6 +66,7 @@ def command(run: Run, max_inner_steps: int | None, bindings: Sequence[str] = ())
       *bindings,
     )
   ]
+  flags += gin_config.import_module_flags()  # The user's modules this process imported.
   return [sys.executable, launch.binary("train_local"), *flags]
 
 
