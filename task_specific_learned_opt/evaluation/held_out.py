@@ -36,6 +36,7 @@ def run_evaluation(
   histograms: Sequence[Sequence[str]] | None = None,
   timing_rounds: int = 0,
   runs_from: Sequence[str] = (),
+  replace_other_runs: bool = False,
 ) -> dict:
   """Candidates and per-task tuned baselines on the same runs; files, plots and a summary.
 
@@ -61,6 +62,8 @@ def run_evaluation(
       measured beside whatever else was running.
     runs_from: output directories of evaluations of the same protocol (parts of this one run
       elsewhere) whose finished runs are taken instead of running them again.
+    replace_other_runs: runs of another protocol in `output_dir` are moved aside and the
+      evaluation starts over, instead of being refused (run_cache.RunCache's replace_other).
 
   Returns:
     The evaluation: running.evaluate_candidates' arrays, "tuned_learning_rates", "panels" and
@@ -78,7 +81,7 @@ def run_evaluation(
         f"{name} was tuned on {objective!r}; expected one of {tuple(tuning.TUNING_METRICS)}."
       )
   _check_histograms(histograms, learned_names, candidates, tuned_baselines)
-  cache = run_cache.RunCache(output_dir, protocol, runs_from)
+  cache = run_cache.RunCache(output_dir, protocol, runs_from, replace_other_runs)
   evaluation = running.evaluate_candidates(protocol, candidates, cache)
   results, rates, objectives = tuning.tune_each_kind(
     protocol, tuned_baselines, learning_rates, cache
@@ -294,4 +297,5 @@ def compare_with_tuned_baseline(
     [c.name for c in candidates],
     [baseline_kind],
     learning_rates,
+    replace_other_runs=True,  # The run's own eval/ directory: a changed comparison starts over.
   )

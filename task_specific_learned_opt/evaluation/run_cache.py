@@ -65,6 +65,7 @@ class RunCache:
     directory: str,
     protocol: protocol_lib.HeldOutProtocol,
     sources: Sequence[str] = (),
+    replace_other: bool = False,
   ):
     """Opens (or starts) the cache of `protocol`'s runs in `directory`.
 
@@ -73,6 +74,9 @@ class RunCache:
       protocol: the runs the evaluation makes.
       sources: output directories of evaluations of the same protocol whose finished runs are
         added to this one's (runs it has already are kept).
+      replace_other: runs of another protocol in `directory` are moved aside (to
+        runs.jsonl.other) and the evaluation starts over, instead of being refused: for the
+        comparison that ends an outer-training run, whose directory belongs to the run.
 
     Raises:
       OtherEvaluationError: `directory` or a source holds the runs of another protocol.
@@ -84,6 +88,15 @@ class RunCache:
     header = {"protocol": describe(protocol, first_task)}
     records = files.read_jsonl(self.path)
     if not records:
+      records = [header]
+    elif records[0] != header and replace_other:
+      logging.warning(
+        "%s holds the runs of another evaluation (%s); moved to %s.other, starting over.",
+        self.path,
+        records[0].get("protocol"),
+        self.path,
+      )
+      os.replace(self.path, f"{self.path}.other")
       records = [header]
     elif records[0] != header:
       raise OtherEvaluationError(

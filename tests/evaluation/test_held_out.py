@@ -405,3 +405,29 @@ def test_an_evaluation_split_over_processes_is_joined_with_the_runs_of_its_parts
     )
   with pytest.raises(run_cache.SourceNotFoundError, match="runs_from"):
     _evaluate_quadratics(str(tmp_path / "other"), theta_dir, runs_from=[str(tmp_path / "nowhere")])
+
+
+def test_the_final_comparison_of_a_run_starts_over_when_its_protocol_changed(tmp_path):
+  lopt = mlp_lopt.MLPLOpt()
+
+  def compare(**settings):
+    return held_out.compare_with_tuned_baseline(
+      str(tmp_path / "eval"),
+      lopt,
+      lopt.init(0),
+      family=_isotropic_quadratics(0.5),
+      learning_rates=(0.1, 1.0),
+      num_tasks=2,
+      num_steps=10,
+      num_points=3,
+      num_average_points=2,
+      **settings,
+    )
+
+  compare()
+  before = (tmp_path / "eval" / run_cache.FILENAME).read_text()
+  again = compare(seed=5)  # Another protocol in the same directory: not refused.
+  assert (tmp_path / "eval" / f"{run_cache.FILENAME}.other").read_text() == before  # Kept.
+  header = json.loads((tmp_path / "eval" / run_cache.FILENAME).read_text().splitlines()[0])
+  assert header["protocol"]["seed"] == 5
+  assert np.all(np.isfinite(again["results"]["learned"]["mean_loss"]))
