@@ -27,6 +27,11 @@ setuptools.setup(
     # tf.summary needs it; TensorFlow does not install it.
     "tensorboard>=2.16",
   ],
-  extras_require={"test": ["pytest>=7.4", "ruff>=0.4"]},
+  extras_require={
+    # The tests run the examples too (tests/test_examples.py), so they need the examples' extra.
+    "test": ["pytest>=7.4", "ruff>=0.4", "scikit-learn>=1.3"],
+    # examples/own_keras_model/ reads the digits bundled with scikit-learn.
+    "examples": ["scikit-learn>=1.3"],
+  },
   scripts=sorted(glob.glob("bin/*")),
 )

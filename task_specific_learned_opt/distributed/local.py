@@ -125,6 +125,8 @@ def train_local(
       "train_local.evaluate_snapshots needs snapshots to evaluate: bind "
       "outer_training.snapshot_every (e.g. 10)."
     )
+  if final_evaluation is not None:
+    _check_final_evaluation(final_evaluation)
   num_workers = setup.batch_size if num_workers is None else num_workers
   transport = in_process.InProcessTransport()
   workers_state = _WorkersState(_worker_loops(setup, num_workers, transport))
@@ -152,6 +154,20 @@ def train_local(
     logging.info("Evaluating theta on held-out tasks (train_local.final_evaluation).")
     final_evaluation(os.path.join(train_dir, EVAL_DIRNAME), setup.lopt, files.chief.theta())
   return stats
+
+
+def _check_final_evaluation(final_evaluation: Callable) -> None:
+  """Builds what the final evaluation's gin bindings build (its held-out family) now.
+
+  gin builds a configurable's arguments when it is called, so a held-out family that cannot be
+  made (more classes per task than its split holds, a model that does not fit the data) would
+  stop the run only after all of outer-training; built here, it stops it before the first step.
+  """
+  try:
+    gin.get_bindings(final_evaluation, resolve_references=False)
+  except ValueError:
+    return  # Not a gin configurable (a function given in code): nothing gin would build.
+  gin.get_bindings(final_evaluation)  # Builds every argument bound in gin, the family included.
 
 
 def _worker_loops(

@@ -313,3 +313,19 @@ def test_by_default_every_sample_of_a_batch_comes_from_its_own_inner_run(tmp_pat
   # Fewer workers than samples: a batch holds consecutive truncations of one inner run.
   _train(tmp_path / "two", 4, num_workers=2, record_samples=True)
   assert any(len(set(w)) < len(w) for w in _workers_per_batch(tmp_path / "two"))
+
+
+def test_a_final_evaluation_that_cannot_be_built_stops_the_run_before_its_first_step(tmp_path):
+  gin_config.parse(
+    [os.path.join(testing_utils.REPO, "gin", "quickstart.gin")],
+    [
+      "eval/ClassSubsetFamily.num_classes_per_task = 400",  # The outer-test split has 300.
+      "outer_training.num_outer_steps = 1",  # Were it not checked first: one step, then the error.
+    ],
+  )
+  try:
+    with pytest.raises(ValueError, match="outer_test"):
+      local.train_local(str(tmp_path / "run"))
+  finally:
+    gin.clear_config()
+  assert not (tmp_path / "run").exists()  # Nothing was trained or written.
