@@ -227,11 +227,10 @@ def test_search_winners_go_to_the_panel_and_comparison_of_their_objective(tmp_pa
   )
 
 
-def test_the_final_comparison_evaluates_other_thetas_beside_the_trained_one(tmp_path, capsys):
-  lopt = mlp_lopt.MLPLOpt()
-  checkpoints.save_theta(str(tmp_path / "shipped"), lopt.init(1))
-  result = held_out.compare_with_tuned_baseline(
-    str(tmp_path / "eval"),
+def _compare_on_quadratics(output_dir, lopt, **settings):
+  """A small final comparison of lopt.init(0) with tuned Adam on quadratics, into `output_dir`."""
+  return held_out.compare_with_tuned_baseline(
+    output_dir,
     lopt,
     lopt.init(0),
     family=_isotropic_quadratics(0.5),
@@ -240,7 +239,15 @@ def test_the_final_comparison_evaluates_other_thetas_beside_the_trained_one(tmp_
     num_steps=10,
     num_points=3,
     num_average_points=2,
-    thetas={"shipped": str(tmp_path / "shipped")},
+    **settings,
+  )
+
+
+def test_the_final_comparison_evaluates_other_thetas_beside_the_trained_one(tmp_path, capsys):
+  lopt = mlp_lopt.MLPLOpt()
+  checkpoints.save_theta(str(tmp_path / "shipped"), lopt.init(1))
+  result = _compare_on_quadratics(
+    str(tmp_path / "eval"), lopt, thetas={"shipped": str(tmp_path / "shipped")}
   )
   on_train = "adam (lr tuned per task on train loss)"
   pairs = [(c["learned"], c["baseline"]) for c in result["comparisons"]]
@@ -255,10 +262,10 @@ def test_the_final_comparison_evaluates_other_thetas_beside_the_trained_one(tmp_
 
 
 def _evaluate_quadratics(output_dir, theta_dir, tuned_baselines=("adam",), **settings):
-  """A small bin/eval of one theta and tuned baselines on quadratics, into `output_dir`."""
+  """A small bin/eval of one theta (none if None) and tuned baselines on quadratics."""
   return held_out.evaluate(
     output_dir,
-    {"learned": theta_dir},
+    {"learned": theta_dir} if theta_dir else {},
     family=quadratic.QuadraticFamily(dim=4, noise_std=0.3),
     lopt=mlp_lopt.MLPLOpt(),
     tuned_baselines=tuned_baselines,
@@ -374,18 +381,7 @@ def test_an_evaluation_split_over_processes_is_joined_with_the_runs_of_its_parts
   whole = _evaluate_quadratics(str(tmp_path / "whole"), theta_dir, tuned_baselines=("adam", "sgdm"))
   # Two parts, each with some of the optimizers, in their own directories.
   _evaluate_quadratics(str(tmp_path / "part1"), theta_dir, tuned_baselines=("adam",))
-  held_out.evaluate(
-    str(tmp_path / "part2"),
-    family=quadratic.QuadraticFamily(dim=4, noise_std=0.3),
-    tuned_baselines=("sgdm",),
-    learning_rates=(1e-2, 1e-1),
-    num_tasks=2,
-    num_inits=2,
-    num_steps=12,
-    num_points=3,
-    num_eval_batches=1,
-    num_average_points=3,
-  )
+  _evaluate_quadratics(str(tmp_path / "part2"), None, tuned_baselines=("sgdm",))
   calls = []
   monkeypatch.setattr(running, "evaluate_run", lambda *a, **k: calls.append(a) or 1 / 0)
   joined = _evaluate_quadratics(
@@ -409,24 +405,11 @@ def test_an_evaluation_split_over_processes_is_joined_with_the_runs_of_its_parts
 
 def test_the_final_comparison_of_a_run_starts_over_when_its_protocol_changed(tmp_path):
   lopt = mlp_lopt.MLPLOpt()
-
-  def compare(**settings):
-    return held_out.compare_with_tuned_baseline(
-      str(tmp_path / "eval"),
-      lopt,
-      lopt.init(0),
-      family=_isotropic_quadratics(0.5),
-      learning_rates=(0.1, 1.0),
-      num_tasks=2,
-      num_steps=10,
-      num_points=3,
-      num_average_points=2,
-      **settings,
-    )
-
-  compare()
+  _compare_on_quadratics(str(tmp_path / "eval"), lopt)
   before = (tmp_path / "eval" / run_cache.FILENAME).read_text()
-  again = compare(seed=5)  # Another protocol in the same directory: not refused.
+  again = _compare_on_quadratics(
+    str(tmp_path / "eval"), lopt, seed=5
+  )  # Another protocol in the same directory: not refused.
   assert (tmp_path / "eval" / f"{run_cache.FILENAME}.other").read_text() == before  # Kept.
   header = json.loads((tmp_path / "eval" / run_cache.FILENAME).read_text().splitlines()[0])
   assert header["protocol"]["seed"] == 5
