@@ -82,6 +82,7 @@ def _stand_in(spec, probe):
     f"grpc://{spec['chief'][0]}",
     num_params,
     tf_runtime.fingerprint(template),
+    batch_size=BATCH,
     chief_timeout_secs=5.0,  # The chief exits at once when it has finished.
   )
   rng = np.random.default_rng()

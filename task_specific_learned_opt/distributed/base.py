@@ -135,5 +135,9 @@ class Transport(abc.ABC):
     """The `num` oldest queued samples as a batch, or None if fewer are queued."""
 
   @abc.abstractmethod
+  def queued(self) -> int:
+    """Samples waiting to be taken."""
+
+  @abc.abstractmethod
   def finish(self) -> None:
     """Tells the workers that training has finished."""

@@ -33,6 +33,12 @@ LEARNING_RATE_VALID = 3e-4  # App. D.3: outer lr for L_valid.
 BETA1 = 0.5  # App. D.3.
 BATCH_SIZE = 128  # App. D.3: samples per outer update.
 ESTIMATOR = "merged"  # Sec. 3, eq. 1.
+# Samples more outer steps old than this are dropped. A healthy cluster of W workers with batches
+# of B and the transport's queue of 2 batches sees about 1.2 W / B + 2 (4 for the paper's W = B =
+# 128: the steps taken while a sample's truncation runs, K jittered by up to 20%, plus the queue);
+# 8 leaves a factor of 2 for slower workers and drops the samples of a worker that fell behind
+# (cut off, paused). The authors' code drops none (None here).
+MAX_STALENESS = 8
 
 
 def _mean_over_coordinates(nest: nests.Nest) -> tf.Tensor:
@@ -56,7 +62,7 @@ class Chief:
     clip_value: float | None = None,
     gradient_scale: float = 1.0,
     batch_size: int = BATCH_SIZE,
-    max_staleness: int | None = None,
+    max_staleness: int | None = MAX_STALENESS,
   ):
     """Makes the chief with theta = lopt.init(seed).
 
@@ -79,7 +85,9 @@ class Chief:
         weights do not depend on the scale, and Adam's step hardly does (only through epsilon).
       batch_size: samples per update (128). gin: `outer_training.batch_size`.
       max_staleness: drop samples computed with a theta more than this many outer steps old
-        (counted as num_stale); None keeps them all, as the paper does.
+        (counted as num_stale); None keeps them all, as the authors' code does. The default
+        (MAX_STALENESS) never drops a sample of a healthy cluster and drops those of a worker
+        that fell behind (docs/cluster.md, staleness).
     """
     if estimator not in estimators.ESTIMATORS:
       raise ValueError(f"Unknown estimator {estimator!r}; expected one of {estimators.ESTIMATORS}.")

@@ -99,7 +99,10 @@ def run_chief(
   )
   template = files.chief.theta_numpy()
   transport = tf_runtime.TFRuntimeTransport(
-    server.target, nests.flatten_numpy(template).size, tf_runtime.fingerprint(template)
+    server.target,
+    nests.flatten_numpy(template).size,
+    tf_runtime.fingerprint(template),
+    batch_size=setup.batch_size,
   )
   incarnation = _random_id()
   transport.start(nests.flatten_numpy(template), files.chief.step, incarnation)
@@ -187,6 +190,7 @@ def run_worker(
     f"grpc://{chief_address}",
     nests.flatten_numpy(template).size,
     tf_runtime.fingerprint(template),
+    batch_size=setup.batch_size,
     chief_timeout_secs=chief_timeout_secs,
   )
   worker_run = _random_id()

@@ -59,6 +59,11 @@ class InProcessTransport(base.Transport):
         return None
       return base.stack([self._samples.popleft() for _ in range(num)])
 
+  def queued(self) -> int:
+    """Samples waiting to be taken."""
+    with self._lock:
+      return len(self._samples)
+
   def finish(self) -> None:
     """Makes every later read_theta() return None."""
     with self._lock:

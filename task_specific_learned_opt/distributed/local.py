@@ -57,8 +57,11 @@ class _WorkersState(tf.train.experimental.PythonState):
 
   def serialize(self) -> bytes:
     states = [_numpy_state(loop.state) for loop in self.worker_loops]
+    # Each worker's sample counters too, so that a resumed run goes on numbering its samples
+    # where the checkpoint left off: a sample's (worker, run, index) stays unique.
+    counts = [(loop.num_put, loop.num_lost) for loop in self.worker_loops]
     buffer = io.BytesIO()
-    pickle.dump({"states": states, "num_samples": self.num_samples}, buffer)
+    pickle.dump({"states": states, "num_samples": self.num_samples, "counts": counts}, buffer)
     return buffer.getvalue()
 
   def deserialize(self, string_value: bytes) -> None:
@@ -71,6 +74,9 @@ class _WorkersState(tf.train.experimental.PythonState):
       )
     for loop, state in zip(self.worker_loops, value["states"], strict=True):
       loop.state = state
+    counts = value.get("counts", [(0, 0)] * len(self.worker_loops))  # Older checkpoints: none.
+    for loop, (num_put, num_lost) in zip(self.worker_loops, counts, strict=True):
+      loop.num_put, loop.num_lost = num_put, num_lost
     self.num_samples = value["num_samples"]
 
   def next_worker(self) -> None:

@@ -139,6 +139,7 @@ def chief_loop(
           num_lost_theta=num_lost,
           num_duplicate=num_duplicate,
           num_workers_in_batch=len(set(kept.worker_id.tolist())),
+          num_queued=transport.queued(),
         )
         if setup.record_samples:
           fields = ("worker_id", "worker_run", "sample_index", "incarnation", "theta_version")
@@ -185,6 +186,7 @@ class WorkerLoop:
     self.worker_run = int(worker_run)
     self.state = state if state is not None else worker.initial_state()
     self.num_put = 0
+    self.num_lost = 0  # Samples computed but not delivered (the chief did not answer).
     self._template = tf.nest.map_structure(np.asarray, worker.lopt.init(0))
     self._last_log = -float("inf")
 
@@ -199,8 +201,12 @@ class WorkerLoop:
       base.unflatten(theta, self._template), version, self.state
     )
     computed = time.time()
-    sample = sample._replace(worker_run=self.worker_run, sample_index=self.num_put)
+    # Every sample gets a new index, delivered or not: a put whose answer was lost may still
+    # have reached the queue, and the next sample must not look like its duplicate.
+    index = self.num_put + self.num_lost
+    sample = sample._replace(worker_run=self.worker_run, sample_index=index)
     if not self.transport.put_sample(sample):
+      self.num_lost += 1
       return True
     self.num_put += 1
     if time.time() - self._last_log > WORKER_LOG_SECS:

@@ -35,6 +35,7 @@ SUMMARY_KEYS = (
   "num_lost_theta",  # Cluster mode: samples of a theta a restarted chief never had.
   "num_duplicate",
   "num_workers_in_batch",
+  "num_queued",  # Samples left in the queue after the step's batch was taken.
   "inner_steps",
 )
 
@@ -101,7 +102,7 @@ def log_line(stats: Mapping, total: int, eta_seconds: float) -> None:
   """
   logging.info(
     "outer step %d/%d  inner steps %d  outer loss %.4f  K %.0f  %.2f samples/s  "
-    "ES weight %.2f  dropped %d  staleness %.1f  ETA %s",
+    "ES weight %.2f  dropped %d (stale %d)  staleness %.1f (max %d)  ETA %s",
     stats["outer_step"],
     total,
     stats["inner_steps"],
@@ -110,6 +111,8 @@ def log_line(stats: Mapping, total: int, eta_seconds: float) -> None:
     stats["samples_per_second"],
     stats["es_weight"],
     stats["num_dropped"] + stats.get("num_stale", 0),
+    stats.get("num_stale", 0),
     stats["mean_staleness"],
+    stats["max_staleness"],
     format_seconds(eta_seconds),
   )

@@ -11,10 +11,15 @@ What the chief and the workers share lives on the chief's task, in graph mode
   outer_training/workers_left   workers that saw `done` and left
   outer_training/samples        a FIFOQueue of samples (shared_name), filled by workers
 
-A worker's calls survive a chief that is down or restarting: `read_theta` retries with backoff
-(`Backoff`) for up to chief_timeout_secs and checks the fingerprint of every new chief
-incarnation; `put_sample` discards the sample if the chief went away (the next read retries). A
-sample is enqueued once and dequeued once.
+A worker's calls survive a chief that is down, restarting or cut off: every call has a deadline
+(rpc_timeout_secs); `read_theta` retries with backoff (`Backoff`) for up to chief_timeout_secs
+and checks the fingerprint of every new chief incarnation; `put_sample` discards the sample if
+the chief did not answer (the next read retries). A sample is enqueued at most once and dequeued
+once.
+
+The queue is bounded (`queue_batches` batches) and a worker reads theta only when the queue has
+room: a worker that finds it full waits before computing, so fast workers cannot fill the queue
+with samples that would be stale by the time the chief took them (docs/cluster.md, staleness).
 """
 
 import json
@@ -45,11 +50,16 @@ CHIEF_DOWN_ERRORS = (
   tf.errors.InternalError,
   tf.errors.UnknownError,
 )
+FULL_LOG_SECS = 60.0  # At most one "queue full" line per worker this often.
 _QUEUE_DTYPES = [tf.as_dtype(base.FIELD_DTYPES[name]) for name in base.Sample._fields]
 
 
 class ExperimentMismatchError(cluster_spec.ClusterError):
   """A worker whose gin experiment differs from the chief's."""
+
+
+class QueueMismatchError(cluster_spec.ClusterError):
+  """A worker whose sample queue (capacity) differs from the chief's."""
 
 
 class ChiefUnreachableError(cluster_spec.ClusterError):
@@ -84,15 +94,19 @@ def mismatch_message(chief: str, mine: str) -> str | None:
 
 
 class Backoff:
-  """Waits between retries while the chief is down: 1 s, doubling up to 30 s; gives up after a
-  timeout without contact."""
+  """Waits between retries while the chief is down: 1 s, doubling up to 10 s; gives up after a
+  timeout without contact.
+
+  The longest wait bounds how soon a worker is back once the chief answers again (after a
+  partition heals: at most this wait, plus one call's deadline, plus one sample).
+  """
 
   def __init__(
     self,
     chief_address: str,
     timeout_secs: float,
     first_secs: float = 1.0,
-    longest_secs: float = 30.0,
+    longest_secs: float = 10.0,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
   ):
@@ -169,9 +183,11 @@ class TFRuntimeTransport(base.Transport):
     num_params: int,
     experiment: str,
     chief_job: str = "chief",
+    batch_size: int = 1,
     chief_timeout_secs: float = 600.0,
-    queue_capacity: int = 1024,
+    queue_batches: int = 2,
     rpc_timeout_secs: float = 10.0,
+    full_poll_secs: float = 0.05,
   ):
     """Builds the graph; the session on `target` is opened on first use.
 
@@ -180,23 +196,37 @@ class TFRuntimeTransport(base.Transport):
       num_params: theta's size.
       experiment: this process's fingerprint (see `fingerprint`).
       chief_job: the job whose task 0 holds the state ("localhost" on a local test server).
+      batch_size: samples per outer step (outer_training.batch_size): sizes the queue.
       chief_timeout_secs: how long a worker's read may retry before it gives up.
-      queue_capacity: samples the queue holds; workers wait (briefly) when it is full.
+      queue_batches: the queue holds this many batches; a worker that finds it full waits
+        before computing its next sample.
       rpc_timeout_secs: the longest a single call to the chief may take before it counts as a
         failure (workers then retry).
+      full_poll_secs: how often a worker looks again at a full queue (doubling up to 1 s).
+
+    Raises:
+      ValueError: queue_batches or batch_size below 1.
     """
+    if int(queue_batches) < 1 or int(batch_size) < 1:
+      raise ValueError(
+        f"TFRuntimeTransport.queue_batches ({queue_batches}) and the batch size ({batch_size}) "
+        "must be >= 1."
+      )
     self.target = target
     self.num_params = int(num_params)
     self.experiment = experiment
     self.chief_job = chief_job
     self.rpc_timeout_ms = int(rpc_timeout_secs * 1000)
+    self.capacity = int(queue_batches) * int(batch_size)
+    self.full_poll_secs = float(full_poll_secs)
+    self.num_full_waits = 0  # Times this worker found the queue full.
     self.backoff = Backoff(target.replace("grpc://", ""), chief_timeout_secs)
     self.incarnation = 0  # The chief's, once started or read.
     self._left = False
     self._session = None
     self.graph = tf.Graph()
     with self.graph.as_default():
-      self._build(int(queue_capacity))
+      self._build(self.capacity)
 
   def _build(self, queue_capacity: int) -> None:
     """The shared state and the sample queue, on the chief's task (the same graph everywhere)."""
@@ -322,12 +352,61 @@ class TFRuntimeTransport(base.Transport):
   # A worker's side.
 
   def read_theta(self) -> tuple[np.ndarray, int] | None:
-    """The chief's (theta, version), retrying while it is down; None once it has finished.
+    """The chief's (theta, version) once its queue has room; None once it has finished.
+
+    Retries while the chief is down or unreachable; while the queue holds `capacity` samples,
+    waits (polling every full_poll_secs, doubling up to 1 s) and reads again, so the theta
+    returned is the newest there is when this worker can contribute.
 
     Raises:
       ChiefUnreachableError: the chief has not answered for chief_timeout_secs.
       ExperimentMismatchError: the chief runs another experiment.
     """
+    delay, last_log = self.full_poll_secs, time.time()
+    while True:
+      shared = self._read_shared()
+      if shared["done"]:
+        self._say_left()
+        return None
+      queued = self._queued_from_worker()
+      if queued is None:
+        continue  # The chief went away between the two calls: read again.
+      if queued < self.capacity:
+        return shared["theta"], int(shared["version"])
+      self.num_full_waits += 1
+      if time.time() - last_log > FULL_LOG_SECS:
+        logging.info(
+          "The chief's queue is full (%d samples); waiting before the next sample.", queued
+        )
+        last_log = time.time()
+      time.sleep(delay)
+      delay = min(2 * delay, 1.0)
+
+  def _queued_from_worker(self) -> int | None:
+    """The queue's size, read by a worker whose experiment matches (its queue is the chief's
+    shape then); None if the chief did not answer.
+
+    Raises:
+      QueueMismatchError: the chief's queue was made with another capacity.
+    """
+    try:
+      return int(self._run(self._size))
+    except tf.errors.InvalidArgumentError as e:
+      if "Shared queue" in str(e) or "capacity" in str(e):
+        raise QueueMismatchError(
+          f"This worker's sample queue is not the chief's ({' '.join(str(e).split())[:200]}). "
+          "Start every worker with the chief's TFRuntimeTransport.queue_batches."
+        ) from e
+      self.reset()
+      self.backoff.wait(e, "reading the queue")
+      return None
+    except CHIEF_DOWN_ERRORS as e:
+      self.reset()
+      self.backoff.wait(e, "reading the queue")
+      return None
+
+  def _read_shared(self) -> dict:
+    """One read of the shared state that succeeded, retrying while the chief is down."""
     while True:
       try:
         shared = self._run(self._read)
@@ -347,12 +426,17 @@ class TFRuntimeTransport(base.Transport):
       if self.incarnation:
         logging.info("The chief restarted (now at outer step %d); carrying on.", shared["version"])
       self.incarnation = int(shared["incarnation"])
-    if shared["done"]:
-      if not self._left:
-        self._run(self._leave)
-        self._left = True
-      return None
-    return shared["theta"], int(shared["version"])
+    return shared
+
+  def _say_left(self) -> None:
+    """Counts this worker as left (once); a chief that no longer answers needs no telling."""
+    if self._left:
+      return
+    try:
+      self._run(self._leave)
+    except CHIEF_DOWN_ERRORS:
+      self.reset()
+    self._left = True
 
   def put_sample(self, sample: base.Sample) -> bool:
     """Enqueues `sample` (marked with the chief incarnation its theta came from).

@@ -172,13 +172,24 @@ def test_max_staleness_drops_old_samples_and_counts_them():
   boss = chief_update.Chief(lopt, batch_size=3, max_staleness=1)
   boss.outer_step.assign(5)
   samples = [s._replace(theta_version=v) for s, v in zip(_samples(lopt, 3), [5, 4, 2], strict=True)]
-  fresh_only = chief_update.Chief(lopt, batch_size=3)
+  fresh_only = chief_update.Chief(lopt, batch_size=3, max_staleness=None)
   fresh_only.outer_step.assign(5)
   stats = boss.apply(base.stack(samples))
   assert stats["num_stale"] == 1 and stats["num_kept"] == 2 and stats["max_staleness"] == 3
   assert boss.step == 6
   fresh_only.apply(base.stack(samples[:2]))  # The same update without the stale sample.
   np.testing.assert_array_equal(_flat(boss.theta_numpy()), _flat(fresh_only.theta_numpy()))
-  unbounded = chief_update.Chief(lopt, batch_size=3)
+  unbounded = chief_update.Chief(lopt, batch_size=3, max_staleness=None)
   stats = unbounded.apply(base.stack([s._replace(theta_version=-9) for s in samples]))
   assert stats["num_stale"] == 0 and stats["num_kept"] == 3
+
+
+def test_by_default_samples_more_than_8_steps_old_are_dropped():
+  lopt = mlp_lopt.MLPLOpt(hidden_size=4)
+  boss = chief_update.Chief(lopt, batch_size=3)
+  boss.outer_step.assign(20)
+  samples = [
+    s._replace(theta_version=v) for s, v in zip(_samples(lopt, 3), [20, 12, 11], strict=True)
+  ]
+  stats = boss.apply(base.stack(samples))
+  assert stats["num_stale"] == 1 and stats["num_kept"] == 2 and stats["max_staleness"] == 9

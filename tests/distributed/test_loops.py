@@ -100,22 +100,32 @@ def test_the_worker_loop_puts_samples_at_the_published_theta_until_finished():
   assert transport.take_samples(1) is None
 
 
-def test_a_lost_sample_keeps_its_index_for_the_next():
-  class Lossy(in_process.InProcessTransport):
-    def __init__(self):
+def test_every_sample_gets_a_new_index_delivered_or_not():
+  # A put whose answer was lost (a link cut mid-put) may have reached the queue all the same:
+  # the next sample must not share its index, or the chief would drop it as a duplicate.
+  class AnswerLost(in_process.InProcessTransport):
+    def __init__(self, delivered):
       super().__init__()
-      self.calls = 0
+      self.calls, self.delivered = 0, delivered
 
     def put_sample(self, sample):
       self.calls += 1
-      return self.calls != 2 and super().put_sample(sample)
+      if self.calls == 2:  # The second put fails as the worker sees it...
+        if self.delivered:  # ...though the sample may have arrived.
+          super().put_sample(sample)
+        return False
+      return super().put_sample(sample)
 
-  transport = Lossy()
-  w = _worker()
-  transport.publish_theta(nests.flatten_numpy(w.lopt.init(0)), 0)
-  loop = loops.WorkerLoop(w, transport)
-  assert loop.run(max_samples=2) == 2 and transport.calls == 3
-  assert transport.take_samples(2).sample_index.tolist() == [0, 1]
+  for delivered, expected in ((False, [0, 2]), (True, [0, 1, 2])):
+    transport = AnswerLost(delivered)
+    w = _worker()
+    transport.publish_theta(nests.flatten_numpy(w.lopt.init(0)), 0)
+    loop = loops.WorkerLoop(w, transport)
+    assert loop.run(max_samples=2) == 2 and transport.calls == 3 and loop.num_lost == 1
+    batch = transport.take_samples(transport.queued())
+    assert batch.sample_index.tolist() == expected
+    keep, _, num_duplicate = loops.SampleFilter([(1, 0, None)])(batch)
+    assert keep.all() and num_duplicate == 0
 
 
 def test_flatten_and_unflatten_are_inverse():

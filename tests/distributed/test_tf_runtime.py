@@ -1,5 +1,8 @@
 """The TensorFlow-runtime transport, in one process on a local server; fingerprints; backoff."""
 
+import threading
+import time
+
 import gin
 import numpy as np
 import pytest
@@ -18,6 +21,7 @@ def server():
 
 
 def _transport(server, experiment="experiment A", **kwargs):
+  kwargs.setdefault("batch_size", 512)  # A queue of 1024 samples: these tests never fill it.
   return tf_runtime.TFRuntimeTransport(
     server.target, N, experiment, chief_job="localhost", **kwargs
   )
@@ -61,6 +65,41 @@ def test_publish_read_put_take_and_finish_on_a_local_server(server):
   chief.finish()
   assert worker.read_theta() is None and worker.read_theta() is None
   assert chief.workers_left() == 1  # A worker that learns it is over leaves once.
+
+
+def test_a_worker_reads_theta_only_when_the_queue_has_room_and_then_the_newest():
+  own = tf.distribute.Server.create_local_server()  # Its own queue: 2 batches of 1 sample.
+  chief = _transport(own, batch_size=1, queue_batches=2, full_poll_secs=0.01)
+  worker = _transport(own, batch_size=1, queue_batches=2, full_poll_secs=0.01)
+  chief.start(np.zeros(N, np.float32), 1, incarnation=5)
+  assert worker.read_theta()[1] == 1
+  assert worker.put_sample(_sample(0, 1)) and worker.put_sample(_sample(1, 1))
+  read = {}
+  reader = threading.Thread(target=lambda: read.update(value=worker.read_theta()))
+  reader.start()
+  time.sleep(0.5)
+  assert reader.is_alive() and worker.num_full_waits > 0  # Full: it waits, computing nothing.
+  chief.publish_theta(np.ones(N, np.float32), 2)
+  assert chief.take_samples(1).sample_index.tolist() == [0]
+  reader.join(timeout=10)
+  assert not reader.is_alive()
+  theta, version = read["value"]
+  assert version == 2 and theta.tolist() == [1.0] * N  # The theta of when there was room.
+
+
+def test_a_worker_with_another_queue_capacity_is_refused_in_one_line():
+  own = tf.distribute.Server.create_local_server()
+  chief = _transport(own, batch_size=1, queue_batches=2)
+  chief.start(np.zeros(N, np.float32), 1, incarnation=5)
+  assert chief.queued() == 0  # The chief's queue is made: 2 samples.
+  worker = _transport(own, batch_size=1, queue_batches=3)
+  with pytest.raises(tf_runtime.QueueMismatchError, match="TFRuntimeTransport.queue_batches"):
+    worker.read_theta()
+
+
+def test_a_queue_of_no_batches_is_refused():
+  with pytest.raises(ValueError, match="queue_batches \\(0\\)"):
+    tf_runtime.TFRuntimeTransport("grpc://localhost:1", N, "x", batch_size=4, queue_batches=0)
 
 
 def test_a_worker_of_another_experiment_is_refused(server):
@@ -120,18 +159,17 @@ def test_backoff_doubles_to_its_cap_restarts_on_contact_and_gives_up_after_the_t
   fake = _FakeTime()
   backoff = tf_runtime.Backoff("chief:1", 100.0, sleep=fake.sleep, clock=lambda: fake.now)
   error = tf.errors.UnavailableError(None, None, "down")
-  for _ in range(5):
-    backoff.wait(error, "reading")
-  assert fake.sleeps == [1, 2, 4, 8, 16]
-  backoff.contact()
-  backoff.wait(error, "reading")
   for _ in range(4):
     backoff.wait(error, "reading")
-  assert fake.sleeps[5:] == [1, 2, 4, 8, 16] and fake.now - backoff.last_contact == 31
-  for _ in range(3):
+  assert fake.sleeps == [1, 2, 4, 8]
+  backoff.contact()
+  for _ in range(4):
     backoff.wait(error, "reading")
-  assert fake.sleeps[-3:] == [30, 30, 30]  # 1 + 2 + ... + 16 + 90 = 121 s silent...
-  with pytest.raises(tf_runtime.ChiefUnreachableError, match="chief:1 has not answered for 121 s"):
+  assert fake.sleeps[4:] == [1, 2, 4, 8] and fake.now - backoff.last_contact == 15
+  for _ in range(9):
+    backoff.wait(error, "reading")
+  assert fake.sleeps[-9:] == [10] * 9  # 1 + 2 + 4 + 8 + 90 = 105 s silent...
+  with pytest.raises(tf_runtime.ChiefUnreachableError, match="chief:1 has not answered for 105 s"):
     backoff.wait(error, "reading")  # ...past the timeout of 100.
 
 
