@@ -13,6 +13,7 @@ or one handed over in memory, checks its shapes against the learned optimizer it
 """
 
 import os
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 
 import gin
@@ -50,11 +51,46 @@ class ThetaMismatchError(errors.UserError, ValueError):
 def save_theta(directory: str, theta: nests.Theta, info: dict | None = None) -> str:
   """Writes `theta` (a nest of tensors or variables) to `directory`; returns the checkpoint path.
 
+  A folder that holds only an export (or nothing) gets the new one whole, written under a
+  temporary name and swapped in, so a full disk or a crash never leaves a half-written theta
+  there: the earlier export stays. In a folder that also holds other files, the export's files
+  are overwritten in place.
+
   Args:
     directory: the export folder (created if needed); an earlier export there is replaced.
     theta: the meta-parameters.
     info: JSON-serialisable facts stored beside it (outer step, optimizer config, ...).
   """
+  directory = directory.rstrip("/") or "/"
+  partial, old = f"{directory}.partial", f"{directory}.old"
+  if not os.path.exists(directory) and os.path.exists(old):
+    os.replace(old, directory)  # A swap cut short: the earlier export is the one there is.
+  if not _holds_only_an_export(directory):
+    return _write_theta(directory, theta, info)
+  shutil.rmtree(partial, ignore_errors=True)
+  shutil.rmtree(old, ignore_errors=True)
+  try:
+    _write_theta(partial, theta, info)
+  except BaseException:
+    shutil.rmtree(partial, ignore_errors=True)
+    raise
+  if os.path.exists(directory):
+    os.replace(directory, old)
+  os.replace(partial, directory)
+  shutil.rmtree(old, ignore_errors=True)
+  return os.path.join(directory, THETA_PREFIX)
+
+
+def _holds_only_an_export(directory: str) -> bool:
+  if not os.path.isdir(directory):
+    return True
+  return all(
+    name == THETA_INFO_FILENAME or name.startswith(f"{THETA_PREFIX}.")
+    for name in os.listdir(directory)
+  )
+
+
+def _write_theta(directory: str, theta: nests.Theta, info: dict | None) -> str:
   tf.io.gfile.makedirs(directory)
   variables = tf.nest.map_structure(lambda x: tf.Variable(x, trainable=False), theta)
   path = tf.train.Checkpoint(theta=variables).write(os.path.join(directory, THETA_PREFIX))

@@ -6,14 +6,100 @@ never sees half a file; a record log (progress.jsonl, results.jsonl) is appended
 time, and a reader skips a last line cut by a crash. `to_json` turns numpy values into JSON
 types and non-finite floats into strings ("nan", "inf", "-inf"), which json.dump would write as
 invalid JSON; `read_json` and `read_jsonl` undo it (`from_json`).
+
+A full or read-only disk never leaves half a file to be picked up: a failed replacement removes
+its temporary file, a failed append is cut back to the last whole line, and `disk_problem` tells
+such a failure (an OSError, or TensorFlow's error for one) apart from others, so that the binaries
+can say in one line which path failed and how much space its file system has (`DiskError`).
 """
 
+import errno
 import json
 import math
 import os
+import re
+import shutil
 from collections.abc import Iterable
 
 import numpy as np
+
+from task_specific_learned_opt import errors
+
+_DISK_ERRNOS = {
+  errno.ENOSPC: "no space left on its file system",
+  errno.EDQUOT: "the disk quota is exceeded",
+  errno.EROFS: "its file system is read-only",
+}
+_DISK_MESSAGES = {  # How TensorFlow's errors (and OSError's strings) say the same.
+  "No space left on device": _DISK_ERRNOS[errno.ENOSPC],
+  "Disk quota exceeded": _DISK_ERRNOS[errno.EDQUOT],
+  "Read-only file system": _DISK_ERRNOS[errno.EROFS],
+}
+_PATH_IN_MESSAGE = re.compile(r"(/[^\s;:'\"]+)")
+
+
+class DiskError(errors.UserError, OSError):
+  """A write failed because the disk is full or read-only; what was saved before is intact."""
+
+
+def disk_problem(error: BaseException) -> str | None:
+  """What is wrong with the disk, if `error` is a full or read-only file system; else None."""
+  if isinstance(error, OSError) and error.errno in _DISK_ERRNOS:
+    return _DISK_ERRNOS[error.errno]
+  message = str(error)
+  for text, problem in _DISK_MESSAGES.items():
+    if text in message:
+      return problem
+  return None
+
+
+def failed_path(error: BaseException, default: str) -> str:
+  """The path a failed write names: OSError.filename, else the first path in the message under
+  `default`, else the first whose top folder exists (not TensorFlow's "/job:..." device
+  names), else `default`."""
+  if isinstance(error, OSError) and error.filename:
+    return str(error.filename)
+  found = _PATH_IN_MESSAGE.findall(str(error))
+  under = [p for p in found if p.startswith(os.path.abspath(default).rstrip("/") + "/")]
+  real = [p for p in found if os.path.exists("/" + p.split("/")[1])]
+  return (under or real or [default])[0]
+
+
+def free_space(path: str) -> str:
+  """How much space the file system holding `path` has left, as "12.0 KiB free of 4.0 MiB"."""
+  existing = os.path.abspath(path)
+  while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+    existing = os.path.dirname(existing)
+  try:
+    usage = shutil.disk_usage(existing)
+  except OSError:
+    return "free space unknown"
+  return f"{_size(usage.free)} free of {_size(usage.total)}"
+
+
+def _size(num_bytes: float) -> str:
+  for unit in ("B", "KiB", "MiB", "GiB"):
+    if num_bytes < 1024 or unit == "GiB":
+      return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
+    num_bytes /= 1024
+  return f"{num_bytes:.1f} TiB"
+
+
+def disk_error(error: BaseException, path: str, kept: str) -> DiskError:
+  """The one-line error for a write to `path` that failed on a full or read-only disk.
+
+  Args:
+    error: the failure (disk_problem(error) is not None).
+    path: where the write went (used if the error names no path).
+    kept: what is intact, e.g. "The last complete checkpoint, ckpt-40 (outer step 40), is
+      intact"; said before the fix.
+  """
+  where = failed_path(error, path)
+  return DiskError(
+    f"Could not write {where}: {disk_problem(error)} ({free_space(where)}). {kept}; free space "
+    "(or make it writable) and run the same command to resume."
+  )
+
 
 # The project's root (the folder holding the package, gin/ and pretrained/).
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,16 +138,41 @@ def from_json(value: object) -> object:
   return value
 
 
+def sync(*paths: str) -> None:
+  """Flushes files and folders to the disk (fsync), so they survive the disk failing or the
+  machine losing power; a path that is missing is skipped."""
+  for path in paths:
+    try:
+      fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+      continue
+    try:
+      os.fsync(fd)
+    finally:
+      os.close(fd)
+
+
 def write_text(path: str, text: str) -> str:
   """Writes `text` to `path` atomically (a temporary file renamed over it); returns `path`."""
   directory = os.path.dirname(path)
   if directory:
     os.makedirs(directory, exist_ok=True)
   temporary = f"{path}.tmp"
-  with open(temporary, "w") as f:
-    f.write(text)
-  os.replace(temporary, path)
+  try:
+    with open(temporary, "w") as f:
+      f.write(text)
+    os.replace(temporary, path)
+  except OSError:
+    _remove_quietly(temporary)  # A full disk leaves no half-written temporary behind.
+    raise
   return path
+
+
+def _remove_quietly(path: str) -> None:
+  try:
+    os.remove(path)
+  except OSError:
+    pass
 
 
 def write_json(path: str, value: object, indent: int | None = 1, sort_keys: bool = False) -> str:
@@ -97,10 +208,27 @@ def read_json(path: str, default: object = None) -> object:
 
 
 def append_jsonl(path: str, records: Iterable[object]) -> None:
-  """Appends each record as one JSON line to `path` (created if missing)."""
-  with open(path, "a") as f:
-    for record in records:
-      f.write(json.dumps(to_json(record)) + "\n")
+  """Appends each record as one JSON line to `path` (created if missing).
+
+  All or nothing: if the write fails (a full disk), the file is cut back to what it held, so no
+  partial line is left for a later append to bury in the middle of the file.
+  """
+  data = "".join(json.dumps(to_json(record)) + "\n" for record in records).encode()
+  fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+  try:
+    size = os.fstat(fd).st_size
+    try:
+      written = 0
+      while written < len(data):  # Unbuffered: nothing is left to be flushed at close.
+        written += os.write(fd, data[written:])
+    except OSError:
+      try:
+        os.ftruncate(fd, size)
+      except OSError:
+        pass
+      raise
+  finally:
+    os.close(fd)
 
 
 def write_jsonl(path: str, records: Iterable[object]) -> str:

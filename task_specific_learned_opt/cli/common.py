@@ -1,16 +1,18 @@
 """What the binaries share: their common flags, and one-line errors for mistakes a user can fix.
 
 A wrong gin binding or an unprepared dataset is the user's to fix, so the binary prints one line
-that names the problem and the fix, and exits with status 1, instead of a traceback.
+that names the problem and the fix, and exits with status 1, instead of a traceback. So is a
+full or read-only disk, wherever a write meets it: the line names the path and the free space.
 """
 
 import functools
 import sys
 from collections.abc import Callable, Sequence
 
+import tensorflow as tf
 from absl import flags
 
-from task_specific_learned_opt import errors
+from task_specific_learned_opt import errors, files
 from task_specific_learned_opt.cli import configurables  # noqa: F401 - registers the gin names.
 from task_specific_learned_opt.distributed import stopping
 
@@ -66,7 +68,8 @@ def exits_on_user_error(main: Callable[[Sequence[str]], None]) -> Callable[[Sequ
     main: the binary's main function, called with the arguments absl leaves after parsing flags.
 
   Returns:
-    `main`, except that an errors.UserError exits with status 1 and a one-line message;
+    `main`, except that an errors.UserError, or a write that failed on a full or read-only
+    disk, exits with status 1 and a one-line message;
     stopping.Terminated (SIGTERM, after `finally` blocks saved what they save) exits 0 with
     "stopped by SIGTERM"; KeyboardInterrupt (Ctrl-C) exits 1 with "interrupted".
   """
@@ -84,5 +87,11 @@ def exits_on_user_error(main: Callable[[Sequence[str]], None]) -> Callable[[Sequ
       # Gin appends where the error was raised; the message alone names the problem and the fix.
       message = str(e).split("In call to configurable")[0]
       sys.exit(f"error: {' '.join(message.split())}")
+    except (OSError, tf.errors.OpError) as e:
+      if files.disk_problem(e) is None:
+        raise
+      # Every file is written whole or appended whole (files.py), so what is there is intact.
+      kept = "What was written before is intact"
+      sys.exit(f"error: {files.disk_error(e, '.', kept)}")
 
   return wrapped

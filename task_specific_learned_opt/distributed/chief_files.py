@@ -10,10 +10,12 @@ checkpoint's lineage and inner-step counts are checkpoint_state.py's.
 """
 
 import contextlib
+import glob
 import os
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
@@ -83,6 +85,7 @@ class ChiefFiles:
     train_dir_lib.write_experiment(train_dir, record, change, chief.step)
     self.recorder = progress.Recorder(train_dir)
     self._forget_after(chief.step)
+    self._remove_partial_checkpoints()
     self.start_time = self.last_save = time.time()
     self.start_step = chief.step
     self.start_inner_steps = self.inner_steps.total
@@ -95,6 +98,32 @@ class ChiefFiles:
         shutil.rmtree(directory, ignore_errors=True)
     with contextlib.suppress(FileNotFoundError):  # A run that goes on is not finished.
       os.remove(os.path.join(self.train_dir, train_dir_lib.FINISHED_FILENAME))
+
+  def _remove_partial_checkpoints(self) -> None:
+    """Deletes what a save cut short left (TensorFlow's ckpt-N_temp folders): never read, and
+    on a full disk it holds space."""
+    pattern = os.path.join(self.train_dir, checkpoints.CHECKPOINT_DIRNAME, "*_temp*")
+    for path in glob.glob(pattern):
+      shutil.rmtree(path, ignore_errors=True)
+
+  def kept(self) -> str:
+    """What a failed write leaves intact, in words (the last complete checkpoint)."""
+    latest = self.manager.latest_checkpoint
+    if latest is None:
+      return "No checkpoint was saved yet"
+    name = os.path.basename(latest)
+    return f"The last complete checkpoint, {name} (outer step {name.rsplit('-', 1)[-1]}), is intact"
+
+  @contextlib.contextmanager
+  def _disk_checked(self) -> Iterator[None]:
+    """Turns a write failing on a full or read-only disk into one files.DiskError line."""
+    try:
+      yield
+    except (OSError, tf.errors.OpError) as e:
+      if files.disk_problem(e) is None:
+        raise
+      self._remove_partial_checkpoints()
+      raise files.disk_error(e, self.train_dir, self.kept()) from e
 
   def snapshot(self, final: bool = False) -> str | None:
     """Keeps theta in theta_history/ if this step is due (or `final`); returns its directory.
@@ -110,47 +139,53 @@ class ChiefFiles:
       return directory
     partial = directory + ".partial"
     shutil.rmtree(partial, ignore_errors=True)
-    checkpoints.save_theta(
-      partial,
-      self.chief.theta(),
-      info={
-        "outer_step": step,
-        "inner_steps": self.inner_steps.total,
-        "snapshot_id": uuid.uuid4().hex,
-        "time": time.time(),
-      },
-    )
-    os.replace(partial, directory)
+    info = {
+      "outer_step": step,
+      "inner_steps": self.inner_steps.total,
+      "snapshot_id": uuid.uuid4().hex,
+      "time": time.time(),
+    }
+    try:
+      with self._disk_checked():
+        checkpoints.save_theta(partial, self.chief.theta(), info=info)
+        os.replace(partial, directory)
+    except BaseException:
+      shutil.rmtree(partial, ignore_errors=True)
+      raise
     return directory
 
   def finish(self) -> None:
     """The run reached its last outer step or its budget: last snapshot, finished.json."""
     self.snapshot(final=True)
-    files.write_json(
-      os.path.join(self.train_dir, train_dir_lib.FINISHED_FILENAME),
-      {"outer_step": self.chief.step, "inner_steps": self.inner_steps.total},
-      indent=None,
-    )
+    with self._disk_checked():
+      files.write_json(
+        os.path.join(self.train_dir, train_dir_lib.FINISHED_FILENAME),
+        {"outer_step": self.chief.step, "inner_steps": self.inner_steps.total},
+        indent=None,
+      )
 
   def save(self) -> None:
     """Checkpoint, theta export, operative config and plot (SIGTERM/Ctrl-C wait for it).
 
     Raises:
-      train_dir.CheckpointError: something could not be written (disk full, permissions).
+      files.DiskError: the disk is full or read-only; the last complete checkpoint is intact
+        (what this save left half-written is removed).
+      train_dir.CheckpointError: something else could not be written (permissions).
     """
     step = self.chief.step
-    with stopping.interrupts_deferred():
+    with stopping.interrupts_deferred(), self._disk_checked():
       try:
-        self.manager.save(checkpoint_number=step)
-        checkpoints.save_theta(
-          os.path.join(self.train_dir, checkpoints.THETA_DIRNAME),
-          self.chief.theta(),
-          info={"outer_step": step},
-        )
+        saved = self.manager.save(checkpoint_number=step)
+        self._sync_checkpoint(saved)
+        theta_dir = os.path.join(self.train_dir, checkpoints.THETA_DIRNAME)
+        checkpoints.save_theta(theta_dir, self.chief.theta(), info={"outer_step": step})
+        files.sync(*glob.glob(os.path.join(theta_dir, "*")), theta_dir, self.train_dir)
         checkpoints.write_operative_config(self.train_dir)
         self.recorder.plot(self.title)
         self.recorder.writer.flush()
       except (OSError, tf.errors.OpError) as e:
+        if files.disk_problem(e) is not None:
+          raise  # _disk_checked's line.
         raise train_dir_lib.CheckpointError(
           f"Could not save outer step {step} in {self.train_dir}: "
           f"{' '.join(str(e).split())[:300]}. The last complete checkpoint is "
@@ -159,6 +194,15 @@ class ChiefFiles:
         ) from e
     self.last_save = time.time()
     logging.info("Saved checkpoint and theta at outer step %d in %s.", step, self.train_dir)
+
+  def _sync_checkpoint(self, prefix: str) -> None:
+    """Puts checkpoint `prefix` on the disk, then the index naming it, then the records up to
+    it: a disk that fails (turns read-only, loses power) right after keeps a checkpoint whole,
+    where files only in the page cache would be lost."""
+    directory = os.path.dirname(prefix)
+    files.sync(*glob.glob(f"{prefix}.*"))
+    files.sync(os.path.join(directory, "checkpoint"), directory)
+    files.sync(self.recorder.path, os.path.join(self.train_dir, train_dir_lib.EXPERIMENT_FILENAME))
 
   def save_if_due(self) -> None:
     """Saves (see `save`) if checkpoint_every_secs have passed since the last save."""
@@ -181,7 +225,8 @@ class ChiefFiles:
       inner_steps=self.inner_steps.total,
       inner_steps_per_worker={str(k): v for k, v in sorted(self.inner_steps.per_worker.items())},
     )
-    self.recorder.record(stats)
+    with self._disk_checked():
+      self.recorder.record(stats)
     if step % self.setup.log_every == 0 or step == total:
       progress.log_line(stats, total, self._eta_seconds(elapsed))
     return stats
