@@ -26,7 +26,9 @@ it only kills processes it started and removes its namespaces and mount at the e
 import json
 import os
 import re
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -43,7 +45,9 @@ flags.DEFINE_float("min_interval_secs", 15.0, "Shortest time between two faults.
 flags.DEFINE_float("max_interval_secs", 45.0, "Longest time between two faults.")
 flags.DEFINE_integer("seed", 0, "Seeds which fault, on whom and when.")
 flags.DEFINE_string("work_dir", None, "Where the logs and the tmpfs go (default: a new one).")
-flags.DEFINE_string("disk_size", "16m", "The chief's tmpfs.")
+flags.DEFINE_string(
+  "disk_size", "512m", "The chief's tmpfs (progress.jsonl alone grows by about 1 KB per step)."
+)
 flags.DEFINE_integer("nice", 10, "Niceness of the cluster's processes.")
 flags.DEFINE_string("output", None, "Where the JSON report goes (else printed only).")
 
@@ -167,6 +171,7 @@ def _inject(kind, rng, cluster, network, disk) -> dict:
 
 def main(argv: list[str]) -> None:
   del argv
+  signal.signal(signal.SIGTERM, lambda *_: sys.exit("soak: stopped by SIGTERM"))  # Cleans up.
   reason = netns.unavailable()
   if reason is not None:
     raise app.UsageError(f"No test network here: {reason}.")

@@ -60,7 +60,7 @@ def failed_path(error: BaseException, default: str) -> str:
   if isinstance(error, OSError) and error.filename:
     return str(error.filename)
   found = _PATH_IN_MESSAGE.findall(str(error))
-  under = [p for p in found if p.startswith(os.path.abspath(default).rstrip("/") + "/")]
+  under = [p for p in found if default and p.startswith(os.path.abspath(default).rstrip("/") + "/")]
   real = [p for p in found if os.path.exists("/" + p.split("/")[1])]
   return (under or real or [default])[0]
 
@@ -85,16 +85,21 @@ def _size(num_bytes: float) -> str:
   return f"{num_bytes:.1f} TiB"
 
 
-def disk_error(error: BaseException, path: str, kept: str) -> DiskError:
+def disk_error(error: BaseException, path: str | None, kept: str) -> DiskError:
   """The one-line error for a write to `path` that failed on a full or read-only disk.
 
   Args:
     error: the failure (disk_problem(error) is not None).
-    path: where the write went (used if the error names no path).
+    path: where the write went (used if the error names no path); None if unknown.
     kept: what is intact, e.g. "The last complete checkpoint, ckpt-40 (outer step 40), is
       intact"; said before the fix.
   """
-  where = failed_path(error, path)
+  where = failed_path(error, path or "")
+  if not where:
+    return DiskError(
+      f"A write failed: {disk_problem(error)} ({' '.join(str(error).split())[:200]}). {kept}; "
+      "free space (or make it writable) and run the same command to resume."
+    )
   return DiskError(
     f"Could not write {where}: {disk_problem(error)} ({free_space(where)}). {kept}; free space "
     "(or make it writable) and run the same command to resume."

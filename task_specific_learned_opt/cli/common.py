@@ -92,6 +92,6 @@ def exits_on_user_error(main: Callable[[Sequence[str]], None]) -> Callable[[Sequ
         raise
       # Every file is written whole or appended whole (files.py), so what is there is intact.
       kept = "What was written before is intact"
-      sys.exit(f"error: {files.disk_error(e, '.', kept)}")
+      sys.exit(f"error: {files.disk_error(e, None, kept)}")
 
   return wrapped

@@ -82,10 +82,11 @@ class ChiefFiles:
     if self.manager.latest_checkpoint is not None:  # Else nothing to resume.
       change = train_dir_lib.resumable_change(train_dir, record, resume_changed_experiment)
     checkpoint_state.restore(self.checkpoint, self.manager)
-    train_dir_lib.write_experiment(train_dir, record, change, chief.step)
-    self.recorder = progress.Recorder(train_dir)
-    self._forget_after(chief.step)
-    self._remove_partial_checkpoints()
+    with self._disk_checked():  # A disk still full when the run restarts: one line too.
+      train_dir_lib.write_experiment(train_dir, record, change, chief.step)
+      self.recorder = progress.Recorder(train_dir)
+      self._forget_after(chief.step)
+      self._remove_partial_checkpoints()
     self.start_time = self.last_save = time.time()
     self.start_step = chief.step
     self.start_inner_steps = self.inner_steps.total

@@ -121,9 +121,9 @@ def ext4_disk(tmp_path):
   subprocess.run(["umount", "-l", str(disk.path)], capture_output=True)
 
 
-def _fill(directory, leave=0):
+def _fill(directory, leave=0, name="filler"):
   """Fills the file system of `directory` until `leave` bytes are free; returns the filler."""
-  filler = os.path.join(directory, "filler")
+  filler = os.path.join(directory, name)
   stats = os.statvfs(directory)
   free = stats.f_bavail * stats.f_frsize
   with open(filler, "wb") as f:
@@ -165,6 +165,11 @@ def test_a_disk_that_fills_inside_a_checkpoint_keeps_the_last_one_whole(small_di
   exported = checkpoints.load_theta(str(train_dir / "theta"), mlp_lopt.MLPLOpt())
   for a, b in zip(tf.nest.flatten(exported), tf.nest.flatten(theta_at_3), strict=True):
     np.testing.assert_array_equal(a, b)
+  # Started again while the disk is still full, to the last byte: the same line, not a trace.
+  more = _fill(disk, leave=0, name="more")
+  with pytest.raises(files.DiskError, match=r"ckpt-3 \(outer step 3\), is intact"):
+    _chief_files(train_dir)
+  os.remove(more)
   os.remove(filler)
   resumed = _chief_files(train_dir)  # Resumable: step 3, its theta.
   assert resumed.chief.step == 3
