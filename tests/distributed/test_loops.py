@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from task_specific_learned_opt import checkpoints, nests
+from task_specific_learned_opt import files as files_lib
 from task_specific_learned_opt.distributed import (
   base,
   chief_files,
@@ -183,7 +184,14 @@ def test_a_failed_save_is_one_clear_error(tmp_path, monkeypatch):
     raise OSError(28, "No space left on device")
 
   monkeypatch.setattr(checkpoints, "save_theta", full_disk)
-  with pytest.raises(train_dir.CheckpointError, match="Could not save outer step 0 .*No space"):
+  with pytest.raises(files_lib.DiskError, match="no space left .* ckpt-0 \\(outer step 0\\), is"):
+    files.save()
+
+  def not_allowed(*args, **kwargs):
+    raise PermissionError(13, "Permission denied")
+
+  monkeypatch.setattr(checkpoints, "save_theta", not_allowed)
+  with pytest.raises(train_dir.CheckpointError, match="Could not save outer step 0 .*Permission"):
     files.save()
 
 
