@@ -88,6 +88,7 @@ class ChiefFiles:
       self._forget_after(chief.step)
       self._remove_partial_checkpoints()
     self.start_time = self.last_save = time.time()
+    self.recorded_step = chief.step  # The last outer step in progress.jsonl.
     self.start_step = chief.step
     self.start_inner_steps = self.inner_steps.total
 
@@ -174,6 +175,14 @@ class ChiefFiles:
       train_dir.CheckpointError: something else could not be written (permissions).
     """
     step = self.chief.step
+    if step != self.recorded_step:
+      # A step whose record could not be written (a full disk) is not saved either: a resumed
+      # run would miss its record. The run resumes from the checkpoint before it.
+      raise files.DiskError(
+        f"Outer step {step} could not be recorded in {self.train_dir} "
+        f"({files.free_space(self.train_dir)}), so it is not saved. {self.kept()}; free space "
+        "(or make it writable) and run the same command to resume."
+      )
     with stopping.interrupts_deferred(), self._disk_checked():
       try:
         saved = self.manager.save(checkpoint_number=step)
@@ -228,6 +237,7 @@ class ChiefFiles:
     )
     with self._disk_checked():
       self.recorder.record(stats)
+    self.recorded_step = step
     if step % self.setup.log_every == 0 or step == total:
       progress.log_line(stats, total, self._eta_seconds(elapsed))
     return stats

@@ -311,12 +311,28 @@ class TFRuntimeTransport(base.Transport):
 
   # The chief's side.
 
+  def _run_own(self, fetches: Any, feed_dict: Mapping[tf.Tensor, Any] | None = None) -> Any:
+    """`_run` for the chief's calls to its own task: a call that TensorFlow's runtime aborted
+    or timed out (under load, a retried request is refused as "received twice") is tried again
+    on a new session, up to 5 times. Each call is safe to repeat: a dequeue that ran and was
+    refused loses its samples, never applies them twice."""
+    for attempt in range(5):
+      try:
+        return self._run(fetches, feed_dict)
+      except (tf.errors.AbortedError, tf.errors.DeadlineExceededError, tf.errors.UnavailableError):
+        if attempt == 4:
+          raise
+        logging.warning("A call to the chief's own task failed; trying again (%d).", attempt + 1)
+        self.reset()
+        time.sleep(0.1 * (attempt + 1))
+    raise AssertionError("unreachable")
+
   def start(self, theta: np.ndarray, version: int, incarnation: int) -> None:
     """Sets the whole shared state at once (chief only): theta, its version, the incarnation.
 
     Until it runs, the variables are unset and workers' reads fail (and are retried).
     """
-    self._run(
+    self._run_own(
       self._start,
       {
         self._theta_in: theta,
@@ -329,25 +345,25 @@ class TFRuntimeTransport(base.Transport):
 
   def publish_theta(self, theta: np.ndarray, version: int) -> None:
     """Assigns `theta` (flat, [n]) and `version` on the chief's task, where workers read them."""
-    self._run(self._publish, {self._theta_in: theta, self._version_in: version})
+    self._run_own(self._publish, {self._theta_in: theta, self._version_in: version})
 
   def take_samples(self, num: int) -> base.SampleBatch | None:
     """The `num` oldest queued samples, dequeued in one call, or None if fewer are queued."""
     if self.queued() < num:
       return None
-    return base.Sample(*self._run(self._dequeue, {self._take_n: num}))
+    return base.Sample(*self._run_own(self._dequeue, {self._take_n: num}))
 
   def finish(self) -> None:
     """Sets `done`: every worker's next read_theta() counts it as left and returns None."""
-    self._run(self._finish)
+    self._run_own(self._finish)
 
   def queued(self) -> int:
     """Samples waiting in the queue."""
-    return int(self._run(self._size))
+    return int(self._run_own(self._size))
 
   def workers_left(self) -> int:
     """Workers that saw training finish and left."""
-    return int(self._run(self._read_left))
+    return int(self._run_own(self._read_left))
 
   # A worker's side.
 

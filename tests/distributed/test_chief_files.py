@@ -26,6 +26,7 @@ def _files(directory, bindings="", steps=0, lopt=None, **kwargs):
   files.lineage.begin(len(files.lineage.past) + 1)
   if steps:
     files.chief.outer_step.assign_add(steps)
+    files.recorded_step = files.chief.step  # As if each step had been recorded.
     files.save()
   return files
 

@@ -145,10 +145,12 @@ def test_a_disk_that_fills_inside_a_checkpoint_keeps_the_last_one_whole(small_di
   train_dir = disk / "train"
   saved = _chief_files(train_dir)
   saved.chief.outer_step.assign(3)
+  saved.recorded_step = 3  # As if steps 1-3 had been recorded.
   saved.save()
   theta_at_3 = saved.chief.theta_numpy()
   filler = _fill(disk, leave=4096)  # Room for less than a checkpoint.
   saved.chief.outer_step.assign(7)
+  saved.recorded_step = 7
   first = tf.nest.flatten(saved.chief.variables["params"])[0]
   first.assign_add(tf.ones_like(first))  # A theta unlike step 3's.
   with pytest.raises(files.DiskError) as raised:
@@ -178,6 +180,11 @@ def test_a_disk_that_fills_inside_a_checkpoint_keeps_the_last_one_whole(small_di
   ):
     np.testing.assert_array_equal(a, b)
   resumed.save()
+  # A step whose record the disk refused is not saved either (its record would be missing).
+  resumed.chief.outer_step.assign(4)
+  with pytest.raises(files.DiskError, match="Outer step 4 could not be recorded"):
+    resumed.save()
+  assert resumed.manager.latest_checkpoint.endswith("ckpt-3")
 
 
 def test_an_append_on_a_full_disk_leaves_no_partial_line(small_disk):
