@@ -89,6 +89,7 @@ class ChiefFiles:
       self._remove_partial_checkpoints()
     self.start_time = self.last_save = time.time()
     self.recorded_step = chief.step  # The last outer step in progress.jsonl.
+    self._record_error = None
     self.start_step = chief.step
     self.start_inner_steps = self.inner_steps.total
 
@@ -178,6 +179,8 @@ class ChiefFiles:
     if step != self.recorded_step:
       # A step whose record could not be written (a full disk) is not saved either: a resumed
       # run would miss its record. The run resumes from the checkpoint before it.
+      if self._record_error is not None:
+        raise self._record_error
       raise files.DiskError(
         f"Outer step {step} could not be recorded in {self.train_dir} "
         f"({files.free_space(self.train_dir)}), so it is not saved. {self.kept()}; free space "
@@ -235,8 +238,12 @@ class ChiefFiles:
       inner_steps=self.inner_steps.total,
       inner_steps_per_worker={str(k): v for k, v in sorted(self.inner_steps.per_worker.items())},
     )
-    with self._disk_checked():
-      self.recorder.record(stats)
+    try:
+      with self._disk_checked():
+        self.recorder.record(stats)
+    except files.DiskError as e:
+      self._record_error = e  # What save() says instead of saving this step.
+      raise
     self.recorded_step = step
     if step % self.setup.log_every == 0 or step == total:
       progress.log_line(stats, total, self._eta_seconds(elapsed))
