@@ -21,8 +21,6 @@ import glob
 import json
 import os
 import re
-import signal
-import subprocess
 import tempfile
 import time
 
@@ -31,8 +29,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from task_specific_learned_opt import checkpoints, files
-from task_specific_learned_opt.distributed import chief_update, launch, progress
-from task_specific_learned_opt.learned_optimizers import mlp_lopt
+from task_specific_learned_opt.distributed import hosts, progress
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("duration_secs", 300, "How long faults are injected.")
@@ -53,58 +50,7 @@ BINDINGS = [
 RESUMED = re.compile(r"Resumed from .*ckpt-(\d+)")
 
 
-class Cluster:
-  """The processes this script started, each with its log files (one per start)."""
-
-  def __init__(self, train_dir: str, num_workers: int):
-    self.train_dir = train_dir
-    self.spec = launch.loopback_cluster(num_workers)
-    self.log_dir = os.path.join(train_dir, "logs")
-    os.makedirs(self.log_dir, exist_ok=True)
-    self.processes, self.starts, self.logs = {}, {}, {}
-
-  def start(self, name: str) -> None:
-    if name == "chief":
-      extra = [f"--train_dir={self.train_dir}"]
-    else:
-      extra = [f"--task_index={int(name[len('worker') :])}"]
-    role = "chief" if name == "chief" else "worker"
-    command = launch.role_command(
-      role, self.spec, [os.path.join(GIN_FILE, "quickstart.gin")], BINDINGS, *extra
-    )
-    count = len(self.logs.setdefault(name, []))
-    path = os.path.join(self.log_dir, f"{name}.{count}.log")
-    self.logs[name].append(path)
-    with open(path, "w") as log:
-      self.processes[name] = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-      )
-    self.starts[name] = time.time()
-
-  def log(self, name: str, index: int = -1) -> str:
-    with open(self.logs[name][index]) as f:
-      return f.read()
-
-  def kill(self, name: str) -> None:
-    process = self.processes[name]
-    process.send_signal(signal.SIGKILL)
-    process.wait(timeout=60)
-
-  def stop_all(self) -> dict[str, int | None]:
-    for name in sorted(self.processes, key=lambda n: n != "chief"):  # The chief first.
-      if self.processes[name].poll() is None:
-        self.processes[name].send_signal(signal.SIGTERM)
-    statuses = {}
-    for name, process in self.processes.items():
-      try:
-        statuses[name] = process.wait(timeout=120)
-      except subprocess.TimeoutExpired:
-        process.kill()
-        statuses[name] = None
-    return statuses
-
-
-def _watch(cluster: Cluster, until: float, timeline: dict, pending: list) -> None:
+def _watch(cluster: hosts.HostCluster, until: float, timeline: dict, pending: list) -> None:
   """Notes when new outer steps appear and when restarted processes are back, until `until`."""
   while time.time() < until:
     records = progress.read_records(cluster.train_dir)
@@ -122,31 +68,12 @@ def _watch(cluster: Cluster, until: float, timeline: dict, pending: list) -> Non
     time.sleep(0.2)
 
 
-def _theta_checks(train_dir: str) -> dict:
-  lopt = mlp_lopt.MLPLOpt()
-  exported = checkpoints.load_theta(os.path.join(train_dir, checkpoints.THETA_DIRNAME), lopt)
-  latest = tf.train.latest_checkpoint(os.path.join(train_dir, checkpoints.CHECKPOINT_DIRNAME))
-  chief = chief_update.Chief(lopt)
-  tf.train.Checkpoint(**chief.checkpoint_items()).read(latest).expect_partial()
-  pairs = zip(tf.nest.flatten(exported), tf.nest.flatten(chief.theta_numpy()), strict=True)
-  return {
-    "theta_finite": bool(
-      all(np.all(np.isfinite(np.asarray(a))) for a in tf.nest.flatten(exported))
-    ),
-    "theta_export_equals_last_checkpoint": bool(all(np.array_equal(a, b) for a, b in pairs)),
-    "last_checkpoint": os.path.basename(latest),
-  }
-
-
 def _latest_checkpoint_step(train_dir: str) -> int | None:
   path = tf.train.latest_checkpoint(os.path.join(train_dir, checkpoints.CHECKPOINT_DIRNAME))
   return None if path is None else int(path.rsplit("-", 1)[1])
 
 
-def _checks(cluster: Cluster, faults: list[dict]) -> dict:
-  records = progress.read_records(cluster.train_dir)
-  steps = [r["outer_step"] for r in records]
-  applied = [tuple(s[:3]) for r in records for s in r.get("samples", [])]
+def _checks(cluster: hosts.HostCluster, faults: list[dict]) -> dict:
   chief_kills = [f for f in faults if f.get("name") == "chief" and "killed_at" in f]
   resumes = []
   for i, fault in enumerate(chief_kills, start=1):
@@ -158,16 +85,17 @@ def _checks(cluster: Cluster, faults: list[dict]) -> dict:
         "resumed_from": int(resumed[0]) if resumed else None,
       }
     )
+  checks = hosts.invariants(cluster.train_dir)
   return {
-    "final_outer_step": steps[-1] if steps else 0,
-    "steps_each_once_in_order": steps == list(range(1, len(steps) + 1)),
-    "samples_applied": len(applied),
-    "no_sample_applied_twice": len(applied) == len(set(applied)),
+    "final_outer_step": checks.pop("final_outer_step"),
+    "steps_each_once_in_order": checks.pop("steps_each_once_in_order"),
+    "samples_applied": checks.pop("samples_applied"),
+    "no_sample_applied_twice": checks.pop("no_sample_applied_twice"),
     "chief_resumes": resumes,
     "never_back_past_a_checkpoint": all(
       r["resumed_from"] == r["latest_checkpoint_at_kill"] for r in resumes
     ),
-    **_theta_checks(cluster.train_dir),
+    **checks,
   }
 
 
@@ -175,7 +103,9 @@ def main(argv: list[str]) -> None:
   del argv
   rng = np.random.default_rng(FLAGS.seed)
   train_dir = FLAGS.train_dir or tempfile.mkdtemp(prefix="fault_injection_")
-  cluster = Cluster(train_dir, FLAGS.num_workers)
+  cluster = hosts.HostCluster(
+    train_dir, FLAGS.num_workers, [os.path.join(GIN_FILE, "quickstart.gin")], BINDINGS
+  )
   names = ["chief"] + [f"worker{i}" for i in range(FLAGS.num_workers)]
   for name in names:
     cluster.start(name)

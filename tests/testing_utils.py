@@ -59,3 +59,19 @@ def small_generated_family(**kwargs) -> families.ClassSubsetFamily:
   kwargs.setdefault("model", networks.ConvNet(channels=(8, 8), strides=(2, 2)))
   kwargs.setdefault("batch_size", 16)
   return families.ClassSubsetFamily(source=source, **kwargs)
+
+
+# bin/eval --num_tasks 1 --num_inits 1 --num_steps 10, and the rest of the run and data shrunk:
+# gin bindings for any gin/eval/ experiment at a tiny size.
+TINY_EVAL = [
+  "evaluate.num_tasks = 1",
+  "evaluate.num_inits = 1",
+  "evaluate.num_steps = 10",
+  "evaluate.num_points = 3",
+  "evaluate.num_average_points = 2",
+  "evaluate.num_eval_batches = 1",
+  "evaluate.learning_rates = (1e-3, 1e-1)",
+  "ClassSubsetFamily.batch_size = 8",
+  "GeneratedClassSource.train_images_per_class = 20",  # 2 inner-valid images per class
+  "GeneratedClassSource.test_images_per_class = 5",
+]

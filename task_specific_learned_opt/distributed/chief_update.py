@@ -48,7 +48,10 @@ def _mean_over_coordinates(nest: nests.Nest) -> tf.Tensor:
 
 @gin.configurable(denylist=["estimator", "batch_size"])
 class Chief:
-  """Holds theta and applies merged gradient estimates to it with Adam."""
+  """Holds theta and applies merged gradient estimates to it with Adam.
+
+  Note: samples more than `max_staleness` (8) outer steps old are dropped by default; the
+  authors' code drops none (docs/deviations.md)."""
 
   def __init__(
     self,

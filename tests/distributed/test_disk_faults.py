@@ -323,19 +323,11 @@ def test_an_evaluation_on_a_full_disk_keeps_its_runs_and_carries_on(small_disk):
   disk = small_disk("1m")
   output_dir = str(disk / "eval")
   tiny = [
-    "evaluate.num_tasks = 2",
-    "evaluate.num_inits = 1",
-    "evaluate.num_steps = 10",
-    "evaluate.num_points = 3",
-    "evaluate.num_average_points = 2",
-    "evaluate.num_eval_batches = 1",
-    "evaluate.learning_rates = (1e-3, 1e-1)",
+    *testing_utils.TINY_EVAL,
+    "evaluate.num_tasks = 2",  # The later binding wins.
     "evaluate.tuned_baselines = ('adam',)",
     "evaluate.histograms = []",
     "evaluate.timing_rounds = 0",
-    "ClassSubsetFamily.batch_size = 8",
-    "GeneratedClassSource.train_images_per_class = 20",
-    "GeneratedClassSource.test_images_per_class = 5",
   ]
   gin_config.parse([os.path.join(testing_utils.REPO, "gin", "eval", "pretrained.gin")], tiny)
   thetas = {"learned": str(disk.parent / "theta")}

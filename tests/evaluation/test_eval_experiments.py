@@ -96,19 +96,7 @@ MODELS = {
     (16, 16, 3),
   ),
 }
-# bin/eval --num_tasks 1 --num_inits 1 --num_steps 10, and the rest of the run and data shrunk.
-TINY = [
-  "evaluate.num_tasks = 1",
-  "evaluate.num_inits = 1",
-  "evaluate.num_steps = 10",
-  "evaluate.num_points = 3",
-  "evaluate.num_average_points = 2",
-  "evaluate.num_eval_batches = 1",
-  "evaluate.learning_rates = (1e-3, 1e-1)",
-  "ClassSubsetFamily.batch_size = 8",
-  "GeneratedClassSource.train_images_per_class = 20",  # 2 inner-valid images per class
-  "GeneratedClassSource.test_images_per_class = 5",
-]
+TINY = testing_utils.TINY_EVAL
 MOCK_MNIST_EXAMPLES = 200  # per split: about 20 per digit, 2 of them inner-valid
 
 
