@@ -21,7 +21,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import gin
 import tensorflow as tf
@@ -110,6 +110,33 @@ def _resolve(path: str) -> str:
   )
 
 
+def _tolerant(exists: Callable[[str], bool]) -> Callable[[str], bool]:
+  """`exists` that answers False where it would raise TypeError."""
+
+  def check(path: str) -> bool:
+    try:
+      return exists(path)
+    except TypeError:
+      return False
+
+  check.tolerant = True
+  return check
+
+
+def _tolerate_namespace_packages() -> None:
+  """Lets an include such as 'pretrained/x.gin' be found in gin/ when the working directory,
+  on sys.path (python -m, --import_module), has a directory of that name without __init__.py.
+
+  gin looks an include up first as a file of a Python package (gin.resource_reader): a directory
+  without __init__.py is a namespace package with no file of its own, and that check raises
+  TypeError before the search path (gin/) is tried. Such a directory holds no package's gin file.
+  """
+  readers = gin.config._FILE_READERS  # noqa: SLF001 - gin has no public way to wrap a reader.
+  for i, (reader, exists) in enumerate(readers):
+    if not getattr(exists, "tolerant", False):
+      readers[i] = (reader, _tolerant(exists))
+
+
 def parse(
   gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = (), modules: Sequence[str] = ()
 ) -> None:
@@ -133,6 +160,7 @@ def parse(
   if os.path.isdir(GIN_DIR) and not _search_path_added:
     gin.add_config_file_search_path(GIN_DIR)
     _search_path_added = True
+  _tolerate_namespace_packages()
   gin_files = [_resolve(path) for path in gin_files]
   quiet = _IncludeLookupFilter()
   logging.getLogger().addFilter(quiet)

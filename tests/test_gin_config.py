@@ -195,3 +195,14 @@ def test_operative_config_is_written(tmp_path):
   adam.Adam()
   path = checkpoints.write_operative_config(str(tmp_path))
   assert "Adam.learning_rate = 0.5" in open(path).read()
+
+
+def test_an_include_is_found_in_gin_though_a_namespace_package_has_its_name(tmp_path, monkeypatch):
+  # gin/eval/pretrained.gin includes 'pretrained/generated_bn_cnn_train.gin' (in gin/). Run from
+  # a directory on sys.path (python -m, --import_module) that holds a pretrained/ directory with
+  # no __init__.py, gin's package lookup of the include raised TypeError before trying gin/.
+  os.makedirs(tmp_path / "pretrained")
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  gin_config.parse([os.path.join(GIN_DIR, "eval", "pretrained.gin")])
+  assert gin.query_parameter("evaluate.timing_rounds") == 5
