@@ -1,11 +1,13 @@
 """Local outer-training: the chief loop and W worker loops composed in one process (App. C).
 
 The chief loop of loops.py runs over the in-process transport; whenever fewer than a batch of
-samples are queued, the next worker (round robin) computes one sample from its own inner run at
-the current theta. One process, one thread: a run is deterministic, so a resumed run continues
-exactly as an uninterrupted one would. The train dir holds what train_dir.py lists; here the
-checkpoint also holds every worker's inner run and the round-robin counter (with PES, both
-unrolls' states and the sum of the perturbations, so a resumed PES run is exact too).
+samples are queued, the next workers (round robin) compute samples from their own inner runs at
+the current theta, `parallel_samples` of them at once in threads (both cores of a 2-core
+machine), put in turn order. The samples do not depend on how many run at once: a run is
+deterministic, so a resumed run continues exactly as an uninterrupted one would. The train dir
+holds what train_dir.py lists; here the checkpoint also holds every worker's inner run and the
+round-robin counter (with PES, both unrolls' states and the sum of the perturbations, so a
+resumed PES run is exact too).
 
 The chief and the workers are built here from one experiment record (outer_training.py): the
 chief with its estimator and batch size, the workers running PES when the estimator
@@ -16,6 +18,7 @@ import io
 import os
 import pickle
 from collections.abc import Callable
+from concurrent import futures
 
 import gin
 import numpy as np
@@ -36,6 +39,7 @@ from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.outer import estimators
 
 EVAL_DIRNAME = "eval"
+PARALLEL_SAMPLES = 2  # Samples computed at once (train_local.parallel_samples).
 
 
 def _numpy_state(state: worker_step.WorkerState) -> worker_step.WorkerState:
@@ -51,9 +55,21 @@ def _numpy_state(state: worker_step.WorkerState) -> worker_step.WorkerState:
 class _WorkersState(tf.train.experimental.PythonState):
   """The worker loops' states and the round-robin counter, saved inside the TF checkpoint."""
 
-  def __init__(self, worker_loops: list[loops.WorkerLoop]):
+  def __init__(
+    self,
+    worker_loops: list[loops.WorkerLoop],
+    transport: in_process.InProcessTransport | None = None,
+    batch_size: int = 1,
+    parallel_samples: int = 1,
+  ):
     self.worker_loops = worker_loops
     self.num_samples = 0
+    self.transport = transport
+    self.batch_size = int(batch_size)
+    self.parallel_samples = max(1, min(int(parallel_samples), len(worker_loops)))
+    self._pool = None
+    if self.parallel_samples > 1:
+      self._pool = futures.ThreadPoolExecutor(self.parallel_samples, "local_worker")
 
   def serialize(self) -> bytes:
     states = [_numpy_state(loop.state) for loop in self.worker_loops]
@@ -85,6 +101,33 @@ class _WorkersState(tf.train.experimental.PythonState):
     loop.step()
     self.num_samples += 1
 
+  def next_workers(self) -> None:
+    """The next workers in turn compute the samples the batch still needs, up to
+    `parallel_samples` at once (each in a thread); they are put in turn order.
+
+    The same samples, in the same order, as calling next_worker that many times: the chief does
+    not step while they compute, so all of them see the same theta, and each worker's sample
+    depends only on theta and its own state. Nothing changes until all of them are done.
+    """
+    wanted = self.batch_size - (self.transport.queued() if self.transport is not None else 0)
+    count = max(1, min(wanted, self.parallel_samples))
+    if count == 1:
+      self.next_worker()
+      return
+    chosen = [
+      self.worker_loops[(self.num_samples + i) % len(self.worker_loops)] for i in range(count)
+    ]
+    computed = list(self._pool.map(loops.WorkerLoop.compute, chosen))
+    for loop, result in zip(chosen, computed, strict=True):
+      if result is not None:
+        loop.deliver(result)
+    self.num_samples += count
+
+  def close(self) -> None:
+    """Stops the threads of parallel samples."""
+    if self._pool is not None:
+      self._pool.shutdown(wait=True)
+
 
 @gin.configurable(denylist=["train_dir", "setup", "resume_changed_experiment"])
 def train_local(
@@ -94,6 +137,7 @@ def train_local(
   final_evaluation: Callable[[str, lopt_base.LearnedOptimizer, nests.Theta], object] | None = None,
   resume_changed_experiment: bool = False,
   evaluate_snapshots: bool = False,
+  parallel_samples: int = PARALLEL_SAMPLES,
 ) -> dict:
   """Outer-trains theta with a chief and `num_workers` workers in this process.
 
@@ -116,6 +160,9 @@ def train_local(
     evaluate_snapshots: run the evaluator (evaluator_role.Evaluator, gin) in this process after
       every outer step that kept a snapshot (outer_training.snapshot_every), and on the last
       one: performance over outer-training (Fig. 5). Its time counts in the outer steps'.
+    parallel_samples: samples computed at once, each by its own worker in a thread, while the
+      batch needs that many more (the same samples as one at a time: `_WorkersState`). 2 keeps
+      both cores of a 2-core machine busy (docs/performance.md); 1 computes one at a time.
 
   Returns:
     The last outer step's statistics (empty if no step was taken).
@@ -135,7 +182,9 @@ def train_local(
     _check_final_evaluation(final_evaluation)
   num_workers = setup.batch_size if num_workers is None else num_workers
   transport = in_process.InProcessTransport()
-  workers_state = _WorkersState(_worker_loops(setup, num_workers, transport))
+  workers_state = _WorkersState(
+    _worker_loops(setup, num_workers, transport), transport, setup.batch_size, parallel_samples
+  )
   files = chief_files.ChiefFiles(
     train_dir,
     outer_lib.make_chief(setup),
@@ -147,13 +196,16 @@ def train_local(
   evaluator = None
   if evaluate_snapshots:
     evaluator = evaluator_role.Evaluator(train_dir, setup.lopt, setup.family)
-  stats = loops.chief_loop(
-    files,
-    transport,
-    transport.incarnation,
-    workers_state.next_worker,
-    after_step=evaluator.run_pending if evaluator is not None else None,
-  )
+  try:
+    stats = loops.chief_loop(
+      files,
+      transport,
+      transport.incarnation,
+      workers_state.next_workers,
+      after_step=evaluator.run_pending if evaluator is not None else None,
+    )
+  finally:
+    workers_state.close()
   if evaluator is not None:
     evaluator.run_pending()  # The last step's snapshot.
   if final_evaluation is not None:

@@ -18,6 +18,7 @@ one WorkerLoop per worker process, over the TensorFlow-runtime transport.
 
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -158,6 +159,14 @@ def chief_loop(
   return stats
 
 
+class Computed(NamedTuple):
+  """A sample a worker loop computed and has not delivered yet (WorkerLoop.compute)."""
+
+  sample: base.Sample
+  state: worker_step.WorkerState  # The worker's state after the sample.
+  seconds: float
+
+
 class WorkerLoop:
   """One worker's loop: read theta, compute a sample from its inner run, put it; until it is over.
 
@@ -192,22 +201,39 @@ class WorkerLoop:
 
   def step(self) -> bool:
     """Computes and puts one sample; False, computing nothing, once training has finished."""
+    computed = self.compute()
+    if computed is None:
+      return False
+    self.deliver(computed)
+    return True
+
+  def compute(self) -> Computed | None:
+    """Reads theta and computes one sample from the worker's inner run; None once training has
+    finished. Changes nothing: `deliver` takes the worker's next state and puts the sample.
+
+    Local mode calls `compute` of several loops at once, in threads (each loop has its own
+    worker and state), then `deliver` of each in the loops' order, so an interrupt while they
+    compute leaves every loop as it was.
+    """
     published = self.transport.read_theta()
     if published is None:
-      return False
+      return None
     theta, version = published
     start = time.time()
-    sample, self.state = self.worker.step(
-      base.unflatten(theta, self._template), version, self.state
-    )
-    computed = time.time()
+    sample, state = self.worker.step(base.unflatten(theta, self._template), version, self.state)
+    return Computed(sample, state, time.time() - start)
+
+  def deliver(self, computed: Computed) -> None:
+    """Takes the worker's next state from `computed` and puts its sample, numbered."""
+    put_start = time.time()
+    self.state = computed.state
     # Every sample gets a new index, delivered or not: a put whose answer was lost may still
     # have reached the queue, and the next sample must not look like its duplicate.
     index = self.num_put + self.num_lost
-    sample = sample._replace(worker_run=self.worker_run, sample_index=index)
+    sample = computed.sample._replace(worker_run=self.worker_run, sample_index=index)
     if not self.transport.put_sample(sample):
       self.num_lost += 1
-      return True
+      return
     self.num_put += 1
     if time.time() - self._last_log > WORKER_LOG_SECS:
       logging.info(
@@ -217,11 +243,10 @@ class WorkerLoop:
         sample.theta_version,
         sample.num_steps,
         sample.loss_plus,
-        computed - start,
-        1000 * (time.time() - computed),
+        computed.seconds,
+        1000 * (time.time() - put_start),
       )
       self._last_log = time.time()
-    return True
 
   def run(self, max_samples: int | None = None) -> int:
     """Steps until training has finished (or `max_samples` were put); returns samples put."""

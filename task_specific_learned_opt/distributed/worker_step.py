@@ -25,6 +25,7 @@ truncations instead of one (a truncation computes with two in either mode), plus
 copy of theta.
 """
 
+import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -42,6 +43,7 @@ from task_specific_learned_opt.tasks import base as task_base
 HORIZON = 10000  # Paper App. D.3: inner problems are trained for 10k steps, then reset.
 SIGMA = 0.1  # Paper Sec. 3: sigma^2 = 0.01.
 _SAMPLE_FNS = {}
+_SAMPLE_FNS_LOCK = threading.Lock()  # Local mode's workers compute in threads.
 
 
 class WorkerState(NamedTuple):
@@ -171,6 +173,12 @@ class Worker:
       self.recompute,
       self.persistent,
     )
+    with _SAMPLE_FNS_LOCK:
+      return self._compiled_locked(task, key)
+
+  def _compiled_locked(
+    self, task: task_base.Task, key: tuple
+  ) -> Callable[..., antithetic.TruncationSample | antithetic.PESTruncationSample]:
     if key not in _SAMPLE_FNS:
       template, lopt, sigma, objective, recompute = task, self.lopt, *key[2:5]
       sample = antithetic.pes_truncation_sample if self.persistent else antithetic.truncation_sample

@@ -48,12 +48,16 @@ def _bind_small(estimator="merged"):
 FAMILY, LOPT = quadratic.QuadraticFamily(dim=4), mlp_lopt.MLPLOpt()
 
 
-def _train(train_dir, steps, lopt=None, estimator="merged", num_workers=2, **experiment):
+def _train(
+  train_dir, steps, lopt=None, estimator="merged", num_workers=2, parallel_samples=1, **experiment
+):
   _bind_small(estimator)
   setup = outer_training.outer_training(
     family=FAMILY, lopt=lopt or LOPT, num_outer_steps=steps, **experiment
   )
-  return local.train_local(str(train_dir), num_workers=num_workers, setup=setup)
+  return local.train_local(
+    str(train_dir), num_workers=num_workers, setup=setup, parallel_samples=parallel_samples
+  )
 
 
 def _theta(train_dir, lopt=None):
@@ -88,6 +92,46 @@ def test_a_resumed_run_continues_exactly(tmp_path, estimator):
   assert not np.array_equal(  # theta did move.
     tf.nest.flatten(straight)[0], tf.nest.flatten(mlp_lopt.MLPLOpt().init(0))[0]
   )
+
+
+@pytest.mark.parametrize("estimator", ["merged", "pes"])
+def test_samples_computed_at_once_are_the_samples_computed_one_at_a_time(tmp_path, estimator):
+  # 3 workers, batches of 3: 2 at once then 1, or all 3 at once; 5 steps cross inner resets.
+  runs = {}
+  for parallel in (1, 2, 3):
+    train_dir = tmp_path / f"parallel_{parallel}"
+    _train(train_dir, 5, estimator=estimator, num_workers=3, parallel_samples=parallel)
+    runs[parallel] = (_theta(train_dir), _records(train_dir))
+  for parallel in (2, 3):
+    for a, b in zip(tf.nest.flatten(runs[1][0]), tf.nest.flatten(runs[parallel][0]), strict=True):
+      np.testing.assert_array_equal(a, b)
+    for key in ("outer_loss", "rp_variance", "es_variance", "inner_steps"):
+      assert [r[key] for r in runs[parallel][1]] == [r[key] for r in runs[1][1]], key
+
+
+def test_an_error_while_samples_compute_at_once_changes_no_worker(monkeypatch):
+  transport = in_process.InProcessTransport()
+  transport.publish_theta(nests.flatten_numpy(LOPT.init(0)), 0)
+  worker_loops = [
+    loops.WorkerLoop(
+      worker_step.Worker(FAMILY, LOPT, worker_id=i, schedule=schedules.FixedLength(4)), transport
+    )
+    for i in range(2)
+  ]
+  running = local._WorkersState(worker_loops, transport, batch_size=2, parallel_samples=2)
+  step = worker_step.Worker.step
+
+  def fail_for_worker_1(self, *args):
+    if self.worker_id == 1:
+      raise KeyboardInterrupt  # As Ctrl-C would, while worker 0's sample completes.
+    return step(self, *args)
+
+  monkeypatch.setattr(worker_step.Worker, "step", fail_for_worker_1)
+  with pytest.raises(KeyboardInterrupt):
+    running.next_workers()
+  running.close()
+  assert transport.queued() == 0 and running.num_samples == 0
+  assert all(loop.state.inner_state is None and loop.num_put == 0 for loop in worker_loops)
 
 
 def _pes_loops(transport):
