@@ -17,7 +17,8 @@ whole sample (forward and backward), the ES estimate alone; each the median of -
 the variants run in turn (A B A B ...) for --rounds rounds, each from a fresh train dir; the
 rate is taken over outer steps --warm_steps to --steps from progress.jsonl. A variant is
 `name=DIR` (the package in checkout DIR, e.g. a `git worktree` of an older commit) with
-optional gin bindings after `|`, separated by `;`:
+optional gin bindings after `|`, separated by `;` (one written `env:NAME=VALUE` sets an
+environment variable of the run instead):
 
   python benchmarks/outer_step.py --mode profile --output benchmarks/results/outer_step_profile.json
   python benchmarks/outer_step.py --mode ab --rounds 3 \
@@ -243,8 +244,10 @@ def _rate(directory: str, bindings: list[str]) -> float:
       "--gin_bindings=train_local.final_evaluation = None",
     ]
     command += [f"--gin_file={os.path.join(directory, f)}" for f in FLAGS.gin_file]
-    command += [f"--gin_bindings={b}" for b in FLAGS.gin_bindings + bindings]
+    given = FLAGS.gin_bindings + bindings
+    command += [f"--gin_bindings={b}" for b in given if not b.startswith("env:")]
     environment = dict(os.environ, PYTHONPATH=directory)
+    environment.update(b[len("env:") :].split("=", 1) for b in given if b.startswith("env:"))
     subprocess.run(command, check=True, cwd=directory, env=environment, capture_output=True)
     records = {r["outer_step"]: r for r in files.read_jsonl(f"{train_dir}/progress.jsonl")}
   seconds = records[FLAGS.steps]["elapsed_seconds"] - records[FLAGS.warm_steps]["elapsed_seconds"]
