@@ -2,12 +2,12 @@
 
 The chief loop of loops.py runs over the in-process transport; whenever fewer than a batch of
 samples are queued, the next workers (round robin) compute samples from their own inner runs at
-the current theta, `parallel_samples` of them at once in threads (both cores of a 2-core
-machine), put in turn order. The samples do not depend on how many run at once: a run is
-deterministic, so a resumed run continues exactly as an uninterrupted one would. The train dir
-holds what train_dir.py lists; here the checkpoint also holds every worker's inner run and the
-round-robin counter (with PES, both unrolls' states and the sum of the perturbations, so a
-resumed PES run is exact too).
+the current theta, `parallel_samples` of them at once in threads (1 by default: one sample
+already keeps 2 cores busy), put in turn order. The samples do not depend on how many run at
+once: a run is deterministic, so a resumed run continues exactly as an uninterrupted one would.
+The train dir holds what train_dir.py lists; here the checkpoint also holds every worker's inner
+run and the round-robin counter (with PES, both unrolls' states and the sum of the
+perturbations, so a resumed PES run is exact too).
 
 The chief and the workers are built here from one experiment record (outer_training.py): the
 chief with its estimator and batch size, the workers running PES when the estimator
@@ -39,7 +39,10 @@ from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.outer import estimators
 
 EVAL_DIRNAME = "eval"
-PARALLEL_SAMPLES = 2  # Samples computed at once (train_local.parallel_samples).
+# Samples computed at once (train_local.parallel_samples). 1: on 2 cores a second sample at once
+# measured 0.93-0.99 of the outer steps per minute (docs/performance.md), since the + and -
+# unrolls of one sample already keep both inter-op threads busy.
+PARALLEL_SAMPLES = 1
 
 
 def _numpy_state(state: worker_step.WorkerState) -> worker_step.WorkerState:
@@ -161,8 +164,9 @@ def train_local(
       every outer step that kept a snapshot (outer_training.snapshot_every), and on the last
       one: performance over outer-training (Fig. 5). Its time counts in the outer steps'.
     parallel_samples: samples computed at once, each by its own worker in a thread, while the
-      batch needs that many more (the same samples as one at a time: `_WorkersState`). 2 keeps
-      both cores of a 2-core machine busy (docs/performance.md); 1 computes one at a time.
+      batch needs that many more (the same samples as one at a time: `_WorkersState`); for
+      machines with more cores than one sample keeps busy. 1 (one at a time) measured best on
+      2 cores (docs/performance.md).
 
   Returns:
     The last outer step's statistics (empty if no step was taken).
