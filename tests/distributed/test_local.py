@@ -373,3 +373,45 @@ def test_a_final_evaluation_that_cannot_be_built_stops_the_run_before_its_first_
   finally:
     gin.clear_config()
   assert not (tmp_path / "run").exists()  # Nothing was trained or written.
+
+
+@pytest.mark.integration
+def test_one_intra_op_thread_computes_the_same_outer_training_to_float_tolerance(tmp_path):
+  # The quickstart runs one intra-op thread (docs/performance.md): the CNN's ops then sum in
+  # another order than with TensorFlow's default pool, so the numbers may differ in their last
+  # bits, never more. Each setting in its own process (thread pools are set once per process).
+  records = {}
+  for threads in (0, 1):
+    train_dir = tmp_path / f"intra_{threads}"
+    bindings = [*SMOKE, f"configure_threads.intra_op_threads = {threads}"]
+    process = subprocess.run(
+      [
+        sys.executable,
+        os.path.join(testing_utils.REPO, "bin", "train_local"),
+        f"--train_dir={train_dir}",
+        "--num_outer_steps=4",
+        f"--gin_file={os.path.join(testing_utils.REPO, 'gin/quickstart.gin')}",
+        "--gin_bindings=train_local.final_evaluation = None",
+        *[f"--gin_bindings={b}" for b in bindings],
+      ],
+      capture_output=True,
+      text=True,
+      timeout=600,
+    )
+    assert process.returncode == 0, process.stderr[-3000:]
+    records[threads] = _records(train_dir)
+  # The outer losses to 1e-4; the merged gradient, whose g_rp is a second derivative through
+  # the unroll (which amplifies the last bits), to 1e-2 (measured: 8e-4).
+  for key, rtol in [("outer_loss", 1e-4), ("loss_plus", 1e-4), ("loss_minus", 1e-4)] + [
+    ("gradient_norm", 1e-2)
+  ]:
+    a, b = [r[key] for r in records[0]], [r[key] for r in records[1]]
+    np.testing.assert_allclose(a, b, rtol=rtol, err_msg=key)
+  assert [r["inner_steps"] for r in records[0]] == [r["inner_steps"] for r in records[1]]
+  # theta: the two runs differ by under 1% of how far the 4 Adam steps moved it.
+  theta_0, theta_1 = _theta(tmp_path / "intra_0"), _theta(tmp_path / "intra_1")
+  flat = [np.concatenate([np.ravel(x) for x in tf.nest.flatten(t)]) for t in (theta_0, theta_1)]
+  start = np.concatenate([np.ravel(x) for x in tf.nest.flatten(mlp_lopt.MLPLOpt().init(0))])
+  moved = np.max(np.abs(flat[1] - start))
+  assert moved > 1e-3
+  assert np.max(np.abs(flat[0] - flat[1])) < 0.01 * moved
