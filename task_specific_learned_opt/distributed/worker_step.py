@@ -173,38 +173,35 @@ class Worker:
       self.recompute,
       self.persistent,
     )
-    with _SAMPLE_FNS_LOCK:
-      return self._compiled_locked(task, key)
-
-  def _compiled_locked(
-    self, task: task_base.Task, key: tuple
-  ) -> Callable[..., antithetic.TruncationSample | antithetic.PESTruncationSample]:
-    if key not in _SAMPLE_FNS:
-      template, lopt, sigma, objective, recompute = task, self.lopt, *key[2:5]
-      sample = antithetic.pes_truncation_sample if self.persistent else antithetic.truncation_sample
-
-      @tf.function(autograph=False, reduce_retracing=True)
-      def sample_fn(
-        theta: nests.Theta,
-        start: tuple,
-        task_data: Any,
-        num_steps: tf.Tensor,
-        data_seed: tf.Tensor,
-        perturbation_seed: tf.Tensor,
-      ) -> antithetic.TruncationSample | antithetic.PESTruncationSample:
-        return sample(
-          truncated_unroll.Unroll(template.with_data(task_data), lopt, objective, recompute),
-          theta,
-          *start,
-          num_steps,
-          data_seed,
-          perturbation_seed,
-          sigma,
+    with _SAMPLE_FNS_LOCK:  # Local mode may call this from several threads.
+      if key not in _SAMPLE_FNS:
+        template, lopt, sigma, objective, recompute = task, self.lopt, *key[2:5]
+        sample = (
+          antithetic.pes_truncation_sample if self.persistent else antithetic.truncation_sample
         )
 
-      # Holding the family and lopt keeps their ids from being reused by other objects.
-      _SAMPLE_FNS[key] = (sample_fn, self.family, lopt)
-    return _SAMPLE_FNS[key][0]
+        @tf.function(autograph=False, reduce_retracing=True)
+        def sample_fn(
+          theta: nests.Theta,
+          start: tuple,
+          task_data: Any,
+          num_steps: tf.Tensor,
+          data_seed: tf.Tensor,
+          perturbation_seed: tf.Tensor,
+        ) -> antithetic.TruncationSample | antithetic.PESTruncationSample:
+          return sample(
+            truncated_unroll.Unroll(template.with_data(task_data), lopt, objective, recompute),
+            theta,
+            *start,
+            num_steps,
+            data_seed,
+            perturbation_seed,
+            sigma,
+          )
+
+        # Holding the family and lopt keeps their ids from being reused by other objects.
+        _SAMPLE_FNS[key] = (sample_fn, self.family, lopt)
+      return _SAMPLE_FNS[key][0]
 
   def _start_task(self, theta: nests.Theta, state: WorkerState) -> WorkerState:
     """`state` with a new task's inner run started (both unrolls' states and xi for PES)."""
