@@ -45,6 +45,46 @@ EVAL_DIRNAME = "eval"
 PARALLEL_SAMPLES = 1
 
 
+# Modules renamed since checkpoints were first written: their pickled worker states name the
+# classes by the old paths.
+_RENAMED_MODULES = {
+  "task_specific_learned_opt.distributed.worker": "task_specific_learned_opt.distributed.worker_step",
+}
+_NUMPY_NAMES = {"_reconstruct", "ndarray", "dtype", "scalar"}
+_NUMPY_MODULES = ("numpy", "numpy.core.multiarray", "numpy._core.multiarray")
+_BUILTIN_NAMES = {"tuple", "list", "dict", "set", "frozenset", "int", "float", "complex", "bool",
+                  "str", "bytes", "slice"}
+
+
+class _StateUnpickler(pickle.Unpickler):
+  """Unpickles the workers' states: classes of this package (by their current module, also when
+  the checkpoint names a renamed one), numpy arrays and plain containers, nothing else, so that
+  reading a checkpoint cannot call arbitrary functions."""
+
+  def find_class(self, module: str, name: str):
+    module = _RENAMED_MODULES.get(module, module)
+    allowed = (
+      (module in _NUMPY_MODULES and name in _NUMPY_NAMES)
+      or (module == "builtins" and name in _BUILTIN_NAMES)
+      or (module == "collections" and name == "OrderedDict")
+      or module.startswith("task_specific_learned_opt.")
+    )
+    value = super().find_class(module, name) if allowed else None
+    if value is None or (module.startswith("task_specific_learned_opt.") and
+                         not isinstance(value, type)):
+      raise train_dir_lib.CheckpointError(
+        f"The checkpoint's worker states name {module}.{name}, which is not a class of this "
+        "package, a numpy array or a container: it was not written by train_local. Move its "
+        "checkpoints/ away or use a new --train_dir."
+      )
+    return value
+
+
+def load_workers_state(string_value: bytes) -> dict:
+  """The value `_WorkersState.serialize` wrote (also by an older version of the package)."""
+  return _StateUnpickler(io.BytesIO(string_value)).load()
+
+
 def _numpy_state(state: worker_step.WorkerState) -> worker_step.WorkerState:
   """`state` with its tensors (inner states, PES accumulator) as numpy arrays, for pickling."""
   tensors = {
@@ -84,7 +124,7 @@ class _WorkersState(tf.train.experimental.PythonState):
     return buffer.getvalue()
 
   def deserialize(self, string_value: bytes) -> None:
-    value = pickle.loads(string_value)
+    value = load_workers_state(string_value)
     if len(value["states"]) != len(self.worker_loops):
       raise train_dir_lib.CheckpointError(
         f"The checkpoint holds {len(value['states'])} workers, this run has "

@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -415,3 +416,30 @@ def test_one_intra_op_thread_computes_the_same_outer_training_to_float_tolerance
   moved = np.max(np.abs(flat[1] - start))
   assert moved > 1e-3
   assert np.max(np.abs(flat[0] - flat[1])) < 0.01 * moved
+
+
+def test_worker_states_written_under_the_old_module_name_are_read(monkeypatch):
+  """Checkpoints written before distributed/worker.py became worker_step.py name WorkerState by
+  the old module; a run resumes from them."""
+  state = worker_step.WorkerState(task_index=3, truncation_index=7, inner_state=None)
+  old_name = "task_specific_learned_opt.distributed.worker"
+  with monkeypatch.context() as patch:  # Pickled as the old version did.
+    patch.setattr(worker_step.WorkerState, "__module__", old_name)
+    patch.setitem(sys.modules, old_name, worker_step)
+    string_value = pickle.dumps({"states": [state], "num_samples": 7, "counts": [(5, 0)]})
+  assert old_name.encode() + b"\x94" in string_value
+  with pytest.raises(ModuleNotFoundError):  # What pickle alone does with it now.
+    pickle.loads(string_value)
+  loaded = local.load_workers_state(string_value)
+  assert loaded["states"][0] == state and isinstance(loaded["states"][0], worker_step.WorkerState)
+  assert loaded["counts"] == [(5, 0)]
+
+
+def test_worker_states_that_would_call_a_foreign_function_are_refused():
+  class Calls:
+    def __reduce__(self):
+      return (os.getcwd, ())
+
+  string_value = pickle.dumps({"states": [Calls()], "num_samples": 0, "counts": []})
+  with pytest.raises(train_dir_lib.CheckpointError, match="posix.getcwd|os.getcwd"):
+    local.load_workers_state(string_value)
