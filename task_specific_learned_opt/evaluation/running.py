@@ -13,12 +13,23 @@ data, and adds per run:
 
 The compiled functions of a (family, candidate kind) pair take the task's data and the
 candidate's values as arguments, so every task and every grid value reuses one trace.
+
+Runs are independent: `evaluate_candidates.parallel_runs` runs that many of a task's runs at once
+in threads, which on a machine with more cores than one run keeps busy (with one intra-op thread
+an inner run, a sequence of small ops, uses about one core) finishes the evaluation sooner. The
+numbers are the same either way; only the speeds the runs measure then share the cores, so the
+wall-clock curves of such an evaluation should come from its timing rounds (`timing_rounds`).
 """
 
+import collections
+import functools
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent import futures
 from typing import Any
 
+import gin
 import numpy as np
 import tensorflow as tf
 from absl import logging
@@ -89,16 +100,18 @@ class _Compiled:
 
 
 _COMPILED = {}
+_COMPILED_LOCK = threading.Lock()  # Runs may be evaluated in threads (parallel_runs).
 
 
 def _compiled(
   family: task_base.TaskFamily, task: task_base.Task, make: _Make, num_eval_batches: int
 ) -> _Compiled:
   key = (id(family), id(make), num_eval_batches)
-  if key not in _COMPILED:
-    # Holding family and make keeps their ids from being reused by other objects.
-    _COMPILED[key] = (_Compiled(task, make, num_eval_batches), family, make)
-  return _COMPILED[key][0]
+  with _COMPILED_LOCK:
+    if key not in _COMPILED:
+      # Holding family and make keeps their ids from being reused by other objects.
+      _COMPILED[key] = (_Compiled(task, make, num_eval_batches), family, make)
+    return _COMPILED[key][0]
 
 
 def evaluate_run(
@@ -165,10 +178,12 @@ def evaluate_run(
   return result
 
 
+@gin.configurable("evaluate_candidates", allowlist=["parallel_runs"])
 def evaluate_candidates(
   protocol: protocol_lib.HeldOutProtocol,
   candidates: Sequence[candidates_lib.Candidate],
   cache: run_cache.RunCache | None = None,
+  parallel_runs: int = 1,
 ) -> dict:
   """Every candidate on the same tasks, inits and data of `protocol`.
 
@@ -180,6 +195,9 @@ def evaluate_candidates(
     candidates: the optimizers (distinct names).
     cache: finished runs (of an evaluation that stopped) taken instead of running them again;
       each run made is added to it.
+    parallel_runs: how many of a task's runs are made at once, each in a thread (gin:
+      `evaluate_candidates.parallel_runs`). The same numbers for any value; the runs' own
+      speeds then share the cores.
 
   Returns:
     {"steps": every measured step, "average_steps": the evenly spaced ones, "results": {name:
@@ -188,39 +206,69 @@ def evaluate_candidates(
     mean_valid_loss and mean_test_loss [num_tasks, num_inits] (the mean over average_steps);
     final_test_loss [num_tasks, num_inits] (the test loss at the last step);
     steps_per_second [num_tasks, num_inits].
+
+  Raises:
+    ValueError: `parallel_runs` is below 1.
   """
+  if parallel_runs < 1:
+    raise ValueError(f"evaluate_candidates.parallel_runs must be at least 1, got {parallel_runs}.")
   averaged = protocol.average_steps()
   points = protocol.points()
   where = np.searchsorted(points, averaged)
   digests = {c.name: run_cache.digest(c.values) for c in candidates}
   results = {c.name: {} for c in candidates}
   progress = _Progress(protocol.num_tasks * protocol.num_inits * len(candidates))
-  for t in range(protocol.num_tasks):
-    task = None
-    for r in range(protocol.num_inits):
-      for c in candidates:
-        key = (c.name, digests[c.name], t, r)
-        measured = cache.get(*key) if cache is not None else None
-        if measured is None:
-          if task is None:
-            task = protocol.family.sample(protocol_lib.task_seed(protocol.seed, t))
-          run = evaluate_run(
-            protocol.family,
-            task,
-            c,
-            protocol.num_steps,
-            protocol_lib.run_seed(protocol.seed, t, r),
-            points,
-            protocol.num_eval_batches,
-            protocol_lib.SPLITS,
-          )
-          measured = {k: v for k, v in run.items() if k != "losses"}
-          measured.update(_run_means(run, where))
-          if cache is not None:
-            cache.put(*key, measured)
-        for key, value in measured.items():
-          results[c.name].setdefault(key, []).append(value)
-        progress.log(t, r, c.name, measured, measured["steps_per_second"])
+
+  def run(task: task_base.Task, t: int, r: int, c: candidates_lib.Candidate) -> dict:
+    made = evaluate_run(
+      protocol.family,
+      task,
+      c,
+      protocol.num_steps,
+      protocol_lib.run_seed(protocol.seed, t, r),
+      points,
+      protocol.num_eval_batches,
+      protocol_lib.SPLITS,
+    )
+    measured = {k: v for k, v in made.items() if k != "losses"}
+    measured.update(_run_means(made, where))
+    return measured
+
+  def finish(t: int, r: int, c: candidates_lib.Candidate, made: Any, cached: dict | None) -> None:
+    measured = cached
+    if measured is None:
+      measured = made.result() if pool else made()
+      if cache is not None:
+        cache.put(c.name, digests[c.name], t, r, measured)
+    for key, value in measured.items():
+      results[c.name].setdefault(key, []).append(value)
+    progress.log(t, r, c.name, measured, measured["steps_per_second"])
+
+  # Runs are started in order, at most 2 x parallel_runs ahead of the oldest unfinished one (a
+  # task's data is held while runs of it are under way), and finished in order: results, cache
+  # and log as a serial evaluation has them.
+  pool = futures.ThreadPoolExecutor(parallel_runs, "eval_run") if parallel_runs > 1 else None
+  window = collections.deque()
+  task, task_index = None, None
+  try:
+    for t in range(protocol.num_tasks):
+      for r in range(protocol.num_inits):
+        for c in candidates:
+          cached = cache.get(c.name, digests[c.name], t, r) if cache is not None else None
+          made = None
+          if cached is None:
+            if task_index != t:
+              task, task_index = protocol.family.sample(protocol_lib.task_seed(protocol.seed, t)), t
+            args = (task, t, r, c)
+            made = pool.submit(run, *args) if pool else functools.partial(run, *args)
+          window.append((t, r, c, made, cached))
+          while len(window) > (2 * parallel_runs if pool else 0):
+            finish(*window.popleft())
+    while window:
+      finish(*window.popleft())
+  finally:
+    if pool:
+      pool.shutdown(cancel_futures=True)
   shape = [protocol.num_tasks, protocol.num_inits]
   for name in results:
     results[name] = {

@@ -4,8 +4,14 @@ import numpy as np
 import pytest
 import testing_utils
 
-from task_specific_learned_opt import inner_training, random_seeds
-from task_specific_learned_opt.evaluation import baseline_search, candidates, protocol, running
+from task_specific_learned_opt import files, inner_training, random_seeds
+from task_specific_learned_opt.evaluation import (
+  baseline_search,
+  candidates,
+  protocol,
+  run_cache,
+  running,
+)
 from task_specific_learned_opt.optimizers import adam
 from task_specific_learned_opt.tasks import quadratic
 
@@ -72,3 +78,38 @@ def test_run_averaged_losses_are_the_means_at_evenly_spaced_steps_as_l_valid():
   setup = baseline_search.SearchSetup(family, "valid", 2, 2, 30, 6, 2, 0)
   objective = baseline_search.evaluate_config(setup, config)["objective"]
   np.testing.assert_allclose(objective, arrays["mean_valid_loss"], rtol=1e-5)
+
+
+def test_runs_made_in_threads_give_the_same_numbers_in_the_same_order(tmp_path):
+  """parallel_runs changes when runs are made, not what they give or where it goes: every array
+  equal to the serial evaluation's, also when part of the runs come from the cache."""
+  family = testing_utils.small_generated_family()
+  runs = protocol.HeldOutProtocol(
+    family, num_tasks=2, num_inits=2, num_steps=12, num_points=3, num_eval_batches=1
+  )
+  opts = [
+    candidates.baseline("adam", "adam", learning_rate=3e-3),
+    candidates.baseline("sgd", "sgd", learning_rate=0.1),
+    candidates.baseline("rmsprop", "rmsprop", learning_rate=1e-3),
+  ]
+  serial = running.evaluate_candidates(runs, opts)["results"]
+  threaded = running.evaluate_candidates(runs, opts, parallel_runs=3)["results"]
+  cache = run_cache.RunCache(str(tmp_path), runs)
+  digest = run_cache.digest(opts[1].values)
+  cache.put("sgd", digest, 1, 0, {k: v[1, 0] for k, v in serial["sgd"].items()})
+  resumed = running.evaluate_candidates(runs, opts, cache, parallel_runs=2)["results"]
+  for name in serial:
+    for key in serial[name]:
+      if key != "steps_per_second":
+        np.testing.assert_array_equal(threaded[name][key], serial[name][key], err_msg=key)
+        np.testing.assert_array_equal(resumed[name][key], serial[name][key], err_msg=key)
+  # Distinct runs (the order was kept, not just the set of numbers).
+  assert len({float(v) for v in serial["adam"]["mean_loss"].ravel()}) == 4
+  assert len(files.read_jsonl(cache.path)) == 1 + 2 * 2 * 3  # Header and every run, once.
+
+
+def test_parallel_runs_below_one_is_refused():
+  family = quadratic.QuadraticFamily(dim=2)
+  runs = protocol.HeldOutProtocol(family, num_tasks=1, num_inits=1, num_steps=2, num_points=2)
+  with pytest.raises(ValueError, match="parallel_runs must be at least 1, got 0"):
+    running.evaluate_candidates(runs, [], parallel_runs=0)
