@@ -52,8 +52,20 @@ _RENAMED_MODULES = {
 }
 _NUMPY_NAMES = {"_reconstruct", "ndarray", "dtype", "scalar"}
 _NUMPY_MODULES = ("numpy", "numpy.core.multiarray", "numpy._core.multiarray")
-_BUILTIN_NAMES = {"tuple", "list", "dict", "set", "frozenset", "int", "float", "complex", "bool",
-                  "str", "bytes", "slice"}
+_BUILTIN_NAMES = {
+  "tuple",
+  "list",
+  "dict",
+  "set",
+  "frozenset",
+  "int",
+  "float",
+  "complex",
+  "bool",
+  "str",
+  "bytes",
+  "slice",
+}
 
 
 class _StateUnpickler(pickle.Unpickler):
@@ -70,8 +82,9 @@ class _StateUnpickler(pickle.Unpickler):
       or module.startswith("task_specific_learned_opt.")
     )
     value = super().find_class(module, name) if allowed else None
-    if value is None or (module.startswith("task_specific_learned_opt.") and
-                         not isinstance(value, type)):
+    if value is None or (
+      module.startswith("task_specific_learned_opt.") and not isinstance(value, type)
+    ):
       raise train_dir_lib.CheckpointError(
         f"The checkpoint's worker states name {module}.{name}, which is not a class of this "
         "package, a numpy array or a container: it was not written by train_local. Move its "

@@ -49,6 +49,7 @@ RESUMABLE_BINDINGS = (
   "train_local.final_evaluation",  # What runs after the last step, and on what:
   "compare_with_tuned_baseline.*",
   "eval/*",
+  "evaluate_candidates.*",  # How many evaluation runs at once: the same numbers.
 )
 # Settings recorded under another gin name in earlier train dirs: {old: new} (selector.parameter).
 RENAMED_BINDINGS = {

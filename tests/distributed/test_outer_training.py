@@ -64,3 +64,27 @@ def test_the_shipped_train_dir_holds_the_experiment_of_its_gin_file():
   saved = json.load(open(os.path.join(directory, "experiment.json")))
   assert "Chief.batch_size" in saved["bindings"]  # Written before the settings moved.
   assert outer_training.differences(saved, outer_training.experiment_record(theta)) is None
+
+
+def test_settings_of_speed_and_evaluation_leave_it_the_same_experiment():
+  """A quickstart train dir written before a speed setting was added to gin/quickstart.gin (or
+  with other thread, evaluation or length settings) resumes; a learning rate does not."""
+  theta = tf.nest.map_structure(np.asarray, LOPT.init(0))
+  gin_config.parse(["gin/quickstart.gin"])
+  now = outer_training.experiment_record(theta)
+  gin.clear_config()
+  gin_config.parse(
+    ["gin/quickstart.gin"],
+    [
+      "evaluate_candidates.parallel_runs = 1",
+      "configure_threads.intra_op_threads = 0",
+      "outer_training.num_outer_steps = 80",
+      "compare_with_tuned_baseline.num_tasks = 2",
+    ],
+  )
+  before = outer_training.experiment_record(theta)
+  assert outer_training.differences(before, now) is None
+  gin.clear_config()
+  gin_config.parse(["gin/quickstart.gin"], ["Chief.learning_rate = 0.01"])
+  changed = outer_training.experiment_record(theta)
+  assert "Chief.learning_rate" in outer_training.differences(changed, now)
