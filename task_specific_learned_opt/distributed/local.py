@@ -19,6 +19,7 @@ import os
 import pickle
 from collections.abc import Callable
 from concurrent import futures
+from typing import Any
 
 import gin
 import numpy as np
@@ -47,9 +48,8 @@ PARALLEL_SAMPLES = 1
 
 # Modules renamed since checkpoints were first written: their pickled worker states name the
 # classes by the old paths.
-_RENAMED_MODULES = {
-  "task_specific_learned_opt.distributed.worker": "task_specific_learned_opt.distributed.worker_step",
-}
+_PACKAGE = "task_specific_learned_opt."
+_RENAMED_MODULES = {_PACKAGE + "distributed.worker": _PACKAGE + "distributed.worker_step"}
 _NUMPY_NAMES = {"_reconstruct", "ndarray", "dtype", "scalar"}
 _NUMPY_MODULES = ("numpy", "numpy.core.multiarray", "numpy._core.multiarray")
 _BUILTIN_NAMES = {
@@ -73,7 +73,7 @@ class _StateUnpickler(pickle.Unpickler):
   the checkpoint names a renamed one), numpy arrays and plain containers, nothing else, so that
   reading a checkpoint cannot call arbitrary functions."""
 
-  def find_class(self, module: str, name: str):
+  def find_class(self, module: str, name: str) -> Any:
     module = _RENAMED_MODULES.get(module, module)
     allowed = (
       (module in _NUMPY_MODULES and name in _NUMPY_NAMES)
