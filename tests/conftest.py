@@ -27,3 +27,14 @@ def no_stop_request():
   stopping.clear()
   yield
   stopping.clear()
+
+
+# Tests that make network namespaces, loop devices or clusters of processes run one after the
+# other in one pytest-xdist worker; the rest are spread over the workers (-n 2 --dist loadgroup).
+_ONE_AT_A_TIME = ("test_partitions.py", "test_disk_faults.py", "test_cluster.py")
+
+
+def pytest_collection_modifyitems(config, items):
+  for item in items:
+    if item.path.name in _ONE_AT_A_TIME:
+      item.add_marker(pytest.mark.xdist_group("system"))

@@ -56,7 +56,7 @@ def _reran_in_namespace(request) -> bool:
     return False
   node = f"{request.node.path}::{request.node.name}"
   command = (
-    f"ip link set lo up && {NAMESPACE_VARIABLE}=1 exec {sys.executable} -m pytest -q -x "
+    f"ip link set lo up && {NAMESPACE_VARIABLE}=1 exec {sys.executable} -m pytest -q -x -n 0 "
     f"-p no:cacheprovider '{node}'"
   )
   done = subprocess.run(
