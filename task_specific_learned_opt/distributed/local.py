@@ -75,22 +75,21 @@ class _StateUnpickler(pickle.Unpickler):
 
   def find_class(self, module: str, name: str) -> Any:
     module = _RENAMED_MODULES.get(module, module)
-    allowed = (
+    if module.startswith(_PACKAGE):
+      value = super().find_class(module, name)
+      if isinstance(value, type):
+        return value
+    elif (
       (module in _NUMPY_MODULES and name in _NUMPY_NAMES)
       or (module == "builtins" and name in _BUILTIN_NAMES)
-      or (module == "collections" and name == "OrderedDict")
-      or module.startswith("task_specific_learned_opt.")
-    )
-    value = super().find_class(module, name) if allowed else None
-    if value is None or (
-      module.startswith("task_specific_learned_opt.") and not isinstance(value, type)
+      or (module, name) == ("collections", "OrderedDict")
     ):
-      raise train_dir_lib.CheckpointError(
-        f"The checkpoint's worker states name {module}.{name}, which is not a class of this "
-        "package, a numpy array or a container: it was not written by train_local. Move its "
-        "checkpoints/ away or use a new --train_dir."
-      )
-    return value
+      return super().find_class(module, name)
+    raise train_dir_lib.CheckpointError(
+      f"The checkpoint's worker states name {module}.{name}, which is not a class of this "
+      "package, a numpy array or a container: it was not written by train_local. Move its "
+      "checkpoints/ away or use a new --train_dir."
+    )
 
 
 def load_workers_state(string_value: bytes) -> dict:

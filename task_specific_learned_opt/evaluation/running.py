@@ -234,10 +234,16 @@ def evaluate_candidates(
     measured.update(_run_means(made, where))
     return measured
 
-  def finish(t: int, r: int, c: candidates_lib.Candidate, made: Any, cached: dict | None) -> None:
+  def finish(
+    t: int,
+    r: int,
+    c: candidates_lib.Candidate,
+    made: Callable[[], dict] | None,
+    cached: dict | None,
+  ) -> None:
     measured = cached
     if measured is None:
-      measured = made.result() if pool else made()
+      measured = made()  # The run's future's result, or the run itself when serial.
       if cache is not None:
         cache.put(c.name, digests[c.name], t, r, measured)
     for key, value in measured.items():
@@ -260,7 +266,7 @@ def evaluate_candidates(
             if task_index != t:
               task, task_index = protocol.family.sample(protocol_lib.task_seed(protocol.seed, t)), t
             args = (task, t, r, c)
-            made = pool.submit(run, *args) if pool else functools.partial(run, *args)
+            made = pool.submit(run, *args).result if pool else functools.partial(run, *args)
           window.append((t, r, c, made, cached))
           while len(window) > (2 * parallel_runs if pool else 0):
             finish(*window.popleft())
