@@ -22,7 +22,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-from task_specific_learned_opt import nests
+from task_specific_learned_opt import checkpoints, nests
 from task_specific_learned_opt.distributed import base
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.optimizers import adam
@@ -66,6 +66,7 @@ class Chief:
     gradient_scale: float = 1.0,
     batch_size: int = BATCH_SIZE,
     max_staleness: int | None = MAX_STALENESS,
+    initial_theta: str | None = None,
   ):
     """Makes the chief with theta = lopt.init(seed).
 
@@ -91,6 +92,8 @@ class Chief:
         (counted as num_stale); None keeps them all, as the authors' code does. The default
         (MAX_STALENESS) never drops a sample of a healthy cluster and drops those of a worker
         that fell behind (docs/cluster.md, staleness).
+      initial_theta: None (theta = lopt.init(seed)), or a theta export to start from instead
+        (e.g. a shipped pretrained/<name>/theta): outer-training warm-started from it.
     """
     if estimator not in estimators.ESTIMATORS:
       raise ValueError(f"Unknown estimator {estimator!r}; expected one of {estimators.ESTIMATORS}.")
@@ -103,7 +106,11 @@ class Chief:
     self.optimizer = adam.Adam(
       learning_rate=learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon
     )
-    initial = self.optimizer.init(lopt.init(seed))
+    if initial_theta is None:
+      start = lopt.init(seed)
+    else:
+      start = checkpoints.load_theta(initial_theta, lopt)
+    initial = self.optimizer.init(start)
     self.variables = tf.nest.map_structure(
       lambda x: tf.Variable(x, trainable=False), initial._asdict()
     )

@@ -26,6 +26,10 @@ LOPT_OPTIONS = (
   "time_max_step",
   "weight_decay",
   "weight_decay_start",
+  "output_init_scale",
+  "momentum_init",
+  "gate_growth",
+  "max_step_rms",
 )
 
 

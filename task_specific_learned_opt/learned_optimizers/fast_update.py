@@ -59,6 +59,10 @@ class UpdateConfig(NamedTuple):
     step_scale_lin: lambda_lin in w - lambda_lin * o_dir * exp(lambda_exp * o_mag).
     step_scale_exp: lambda_exp.
     time_max_step: None, or the step the time features stop at (t read as min(t, it)).
+    gate_growth: zero each element's step where it would grow |w| and the gradient does not
+      point that way (step * w < 0 and g * w >= 0).
+    max_step_rms: None, or the largest root mean square of one tensor's step: a larger step is
+      scaled down to it.
   """
 
   decays: tuple[float, ...]
@@ -70,6 +74,44 @@ class UpdateConfig(NamedTuple):
   step_scale_lin: float
   step_scale_exp: float
   time_max_step: int | None = None
+  gate_growth: bool = False
+  max_step_rms: float | None = None
+
+
+# Added to a step's mean square before its rsqrt, so that a zero step has a finite gradient.
+STEP_RMS_EPSILON = 1e-20
+
+
+def gate_growth(step: tf.Tensor, param: tf.Tensor, grad: tf.Tensor) -> tf.Tensor:
+  """`step` with the elements that grow |w| unasked set to 0 (w <- w - step).
+
+  An element's step grows |w| when step * w < 0; the gradient asks for that when g * w < 0
+  (-g has w's sign). Where the step would grow |w| and the gradient does not ask, it is 0, so no
+  parameter drifts away from zero without its gradient pointing there.
+
+  Args:
+    step: the steps, any shape.
+    param: w, the same shape.
+    grad: g, the same shape.
+
+  Returns:
+    The gated steps.
+  """
+  unasked = tf.logical_and(step * param < 0.0, grad * param >= 0.0)
+  return tf.where(unasked, tf.zeros_like(step), step)
+
+
+def step_rms_factor(mean_square: tf.Tensor, max_step_rms: float) -> tf.Tensor:
+  """min(1, max_step_rms / rms): what scales a tensor's step down to an rms of max_step_rms.
+
+  Args:
+    mean_square: the mean of the squared step over the tensor's elements (any shape).
+    max_step_rms: the largest root mean square a step may have.
+
+  Returns:
+    The factors, the shape of `mean_square`.
+  """
+  return tf.minimum(1.0, max_step_rms * tf.math.rsqrt(mean_square + STEP_RMS_EPSILON))
 
 
 def feature_maps(config: UpdateConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -288,6 +330,11 @@ class FastUpdate:
       scale = tf.math.rsqrt(tf.linalg.matvec(weights.c_squared, mean_squares) + weights.epsilon)
       a = tf.matmul(weights.w0 * scale, weights.c)
     step = self._steps(weights, _relu_matmul(a, used, weights.zero, n))
+    if self.config.gate_growth:
+      step = gate_growth(step, y[1], y[0])
+    if self.config.max_step_rms is not None:
+      mean_square = tf.reduce_mean(tf.square(step))
+      step *= step_rms_factor(mean_square, self.config.max_step_rms)
     return param - tf.reshape(step, _shape(param)), tf.reshape(y[MOMENTA_ROW:], _shape(momenta))
 
   def _update_group(
@@ -322,7 +369,14 @@ class FastUpdate:
     scale = tf.math.rsqrt(mean_squares + weights.epsilon[:, None])
     normalized = columns * tf.matmul(scale, owner, name="group_scale")  # A gather is slower.
     hidden = _relu_matmul(weights.w0, normalized, weights.zero, len(segment))
-    steps = tf.split(self._steps(weights, hidden), sizes)
+    step = self._steps(weights, hidden)
+    if self.config.gate_growth:
+      step = gate_growth(step, y[1], y[0])
+    if self.config.max_step_rms is not None:
+      mean_squares = tf.linalg.matvec(owner, tf.square(step)) / np.float32(sizes)  # [tensors]
+      factors = step_rms_factor(mean_squares, self.config.max_step_rms)
+      step *= tf.linalg.matvec(owner, factors, transpose_a=True)
+    steps = tf.split(step, sizes)
     new_momenta = tf.split(y[MOMENTA_ROW:], sizes, axis=1)
     return [
       (p - tf.reshape(s, p.shape), tf.reshape(m_new, m.shape))

@@ -46,6 +46,24 @@ IMPLEMENTATIONS = ("fast", "reference")
 STEP_SCALE = 1e-3  # lambda_lin and lambda_exp, App. D.1.
 
 
+# The paper's columns are [g, w, m_0.5, m_0.9, ...]: m_0.9 (Adam's beta1) is column 3.
+MOMENTUM_INIT_COLUMN = 3
+
+
+def _momentum_theta(theta: dict, scale: float, column: int) -> dict:
+  """`theta` with units 0 and 1 made relu(+x_column), relu(-x_column), o_dir = scale * (h0 - h1)."""
+  hidden_w = theta["hidden"]["w"].numpy()
+  output_w = theta["output"]["w"].numpy()
+  hidden_w[:, :2] = 0.0
+  hidden_w[column, 0], hidden_w[column, 1] = 1.0, -1.0
+  output_w[:2] = 0.0
+  output_w[0, 0], output_w[1, 0] = scale, -scale
+  return {
+    "hidden": {"w": tf.constant(hidden_w), "b": theta["hidden"]["b"]},
+    "output": {"w": tf.constant(output_w), "b": theta["output"]["b"]},
+  }
+
+
 class MLPLOptState(NamedTuple):
   """The inner state: parameters, their momenta and the step count.
 
@@ -144,7 +162,12 @@ def tensor_step(
   hidden = mlp_hidden(normalized, theta["hidden"], bias)
   out = tf.matmul(hidden, theta["output"]["w"]) + theta["output"]["b"]
   step = lopt.step_scale_lin * out[:, 0] * tf.exp(lopt.step_scale_exp * out[:, 1])
-  return TensorStep(momenta, columns, normalized, out, tf.reshape(step, tf.shape(param)))
+  step = tf.reshape(step, tf.shape(param))
+  if lopt.gate_growth:
+    step = fast_update.gate_growth(step, param, grad)
+  if lopt.max_step_rms is not None:
+    step *= fast_update.step_rms_factor(tf.reduce_mean(tf.square(step)), lopt.max_step_rms)
+  return TensorStep(momenta, columns, normalized, out, step)
 
 
 class _Optimizer(opt_base.Optimizer):
@@ -263,6 +286,10 @@ class MLPLOpt(base.LearnedOptimizer):
     time_max_step: int | None = None,
     weight_decay: float = 0.0,
     weight_decay_start: int = 0,
+    output_init_scale: float = 1.0,
+    momentum_init: float | None = None,
+    gate_growth: bool = False,
+    max_step_rms: float | None = None,
   ):
     """Makes the learned optimizer.
 
@@ -285,6 +312,16 @@ class MLPLOpt(base.LearnedOptimizer):
       weight_decay: 0 (the paper), or lambda of a decoupled weight decay added to the learned
         step, w_t+1 = w_t - step - lambda * w_t (docs/longer_unrolls.md).
       weight_decay_start: the first step t the weight decay acts at.
+      output_init_scale: multiplies the initial output layer's stddev (1: the paper). 0 starts
+        from theta whose steps are all zero.
+      momentum_init: None (the paper), or c: theta starts as normalised momentum SGD, o_dir =
+        c * m_0.9 / rms(m_0.9): hidden units 0 and 1 read +m_0.9 and -m_0.9 alone and the output
+        reads c * (unit 0 - unit 1); the other units start as the paper's with their output
+        weights scaled by output_init_scale. Paper features with momentum only.
+      gate_growth: False (the paper), or True: an element's step that would grow |w| is zeroed
+        unless the gradient points that way (fast_update.gate_growth).
+      max_step_rms: None (the paper), or the largest root mean square of a tensor's step; a
+        larger step is scaled down to it (fast_update.step_rms_factor).
 
     Raises:
       ValueError: an unknown feature set or implementation, or an ablation of the original-code
@@ -311,6 +348,12 @@ class MLPLOpt(base.LearnedOptimizer):
     self.time_max_step = None if time_max_step is None else int(time_max_step)
     self.weight_decay = float(weight_decay)
     self.weight_decay_start = int(weight_decay_start)
+    self.output_init_scale = float(output_init_scale)
+    self.momentum_init = None if momentum_init is None else float(momentum_init)
+    self.gate_growth = bool(gate_growth)
+    self.max_step_rms = None if max_step_rms is None else float(max_step_rms)
+    if self.momentum_init is not None and (feature_set != "paper" or not use_momentum):
+      raise ValueError("momentum_init needs feature_set='paper' with use_momentum=True.")
 
   @property
   def num_normalized_inputs(self) -> int:
@@ -337,6 +380,8 @@ class MLPLOpt(base.LearnedOptimizer):
       step_scale_lin=self.step_scale_lin,
       step_scale_exp=self.step_scale_exp,
       time_max_step=self.time_max_step,
+      gate_growth=self.gate_growth,
+      max_step_rms=self.max_step_rms,
     )
 
   def columns(self, grad: tf.Tensor, param: tf.Tensor, momenta: tf.Tensor) -> tf.Tensor:
@@ -366,20 +411,23 @@ class MLPLOpt(base.LearnedOptimizer):
     """
     hidden_seed, output_seed = tf.unstack(random_seeds.split(seed, 2))
 
-    def weights(seed: tf.Tensor, fan_in: int, fan_out: int) -> tf.Tensor:
-      stddev = 1.0 / fan_in**0.5
+    def weights(seed: tf.Tensor, fan_in: int, fan_out: int, scale: float = 1.0) -> tf.Tensor:
+      stddev = scale / fan_in**0.5
       return tf.random.stateless_truncated_normal([fan_in, fan_out], seed, stddev=stddev)
 
-    return {
+    theta = {
       "hidden": {
         "w": weights(hidden_seed, self.num_inputs, self.hidden_size),
         "b": tf.zeros([self.hidden_size], tf.float32),
       },
       "output": {
-        "w": weights(output_seed, self.hidden_size, 2),
+        "w": weights(output_seed, self.hidden_size, 2, self.output_init_scale),
         "b": tf.zeros([2], tf.float32),
       },
     }
+    if self.momentum_init is not None:
+      theta = _momentum_theta(theta, self.momentum_init, MOMENTUM_INIT_COLUMN)
+    return theta
 
   def opt_fn(self, theta: nests.Theta) -> opt_base.Optimizer:
     """The inner Optimizer for `theta` (the fast implementation unless configured otherwise).
