@@ -23,6 +23,9 @@ REGISTRY = f"{PACKAGE}.cli.configurables"
 IMPORTS_INSIDE_FUNCTIONS = {
   # TensorFlow loads inside the block that silences its C++ start-up notices.
   (f"{PACKAGE}.cli.quiet_start", "tensorflow"),
+  # scikit-learn is an optional extra: imported when the digits are first read, so that a missing
+  # extra fails with the command that installs it.
+  (f"{PACKAGE}.tasks.digits_source", "sklearn"),
 }
 
 
