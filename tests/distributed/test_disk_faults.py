@@ -121,17 +121,38 @@ def ext4_disk(tmp_path):
   subprocess.run(["umount", "-l", str(disk.path)], capture_output=True)
 
 
-def _fill(directory, leave=0, name="filler"):
-  """Fills the file system of `directory` until `leave` bytes are free; returns the filler."""
-  filler = os.path.join(directory, name)
+def _free_bytes(directory):
   stats = os.statvfs(directory)
-  free = stats.f_bavail * stats.f_frsize
-  with open(filler, "wb") as f:
-    try:
-      f.write(b"\0" * max(free - leave, 0))
-    except OSError as e:
-      assert e.errno == errno.ENOSPC
+  return stats.f_bavail * stats.f_frsize
+
+
+def _fill(directory, leave=0, name="filler"):
+  """Fills the file system of `directory` until about `leave` bytes are free; returns the filler.
+
+  The disk may fill under it (a running chief writes too), at any write or at the file's
+  creation: every one of those is the disk full, which is what the caller asked for.
+  """
+  filler = os.path.join(directory, name)
+  try:
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+  except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+    return filler
+  try:
+    chunk = b"\0" * (64 << 10)
+    while (room := _free_bytes(directory) - leave) > 0:
+      os.write(fd, chunk[:room])
+  except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+  finally:
+    os.close(fd)
   return filler
+
+
+def _remove(filler):
+  """Frees what `_fill` took (nothing, where the disk was full before the filler existed)."""
+  if os.path.exists(filler):
+    os.remove(filler)
 
 
 def _chief_files(train_dir):
@@ -171,8 +192,8 @@ def test_a_disk_that_fills_inside_a_checkpoint_keeps_the_last_one_whole(small_di
   more = _fill(disk, leave=0, name="more")
   with pytest.raises(files.DiskError, match=r"ckpt-3 \(outer step 3\), is intact"):
     _chief_files(train_dir)
-  os.remove(more)
-  os.remove(filler)
+  _remove(more)
+  _remove(filler)
   resumed = _chief_files(train_dir)  # Resumable: step 3, its theta.
   assert resumed.chief.step == 3
   for a, b in zip(
@@ -297,7 +318,7 @@ def test_a_running_chief_stops_in_one_line_and_resumes_once_the_disk_is_fixed(
   assert "Traceback" not in output, output[-3000:]
   kept = int(last.split("(outer step ")[1].split(")")[0])
   if fault == "full":
-    os.remove(filler)
+    _remove(filler)
   else:
     ext4.repair()
   process = _train_local(train_dir, tmp_path / "again.log")  # The same command, at once.
@@ -341,7 +362,7 @@ def test_an_evaluation_on_a_full_disk_keeps_its_runs_and_carries_on(small_disk):
   with open(os.path.join(output_dir, "runs.jsonl")) as f:
     assert f.read().endswith("\n")  # ...and no partial line.
   assert not [n for n in os.listdir(output_dir) if n.endswith(".tmp")]
-  os.remove(filler)
+  _remove(filler)
   evaluated = []
   running_runs = running.evaluate_run
 
@@ -380,7 +401,7 @@ def test_the_evaluator_on_a_full_disk_keeps_its_records_and_catches_up(small_dis
     evaluator_role.Evaluator(str(train_dir), lopt, family).run_pending()
   assert files.disk_problem(raised.value) == "no space left on its file system"
   before = evaluator_role.read_progress(str(train_dir))  # Whole records only (maybe none).
-  os.remove(filler)
+  _remove(filler)
   evaluator_role.Evaluator(str(train_dir), lopt, family).run_pending()
   steps = [r["outer_step"] for r in evaluator_role.read_progress(str(train_dir))]
   assert steps == [0, 1, 2, 3] and [r["outer_step"] for r in before] == steps[: len(before)]
