@@ -31,6 +31,18 @@ LEVEL = 0.95
 LEARNED_AHEAD = "learned ahead"
 BASELINE_AHEAD = "baseline ahead"
 NOT_RESOLVED = "not resolved at this size"
+# What `paired` returns, and what a comparison written by reporting.compare holds.
+STATISTICS_KEYS = (
+  "num_tasks",
+  "wins",
+  "losses",
+  "ties",
+  "mean_difference",
+  "ci95",
+  "p_value",
+  "wilcoxon_p_value",
+  "outcome",
+)
 
 
 def sign_test_p(wins: int, losses: int) -> float:
@@ -184,20 +196,31 @@ def format_interval(interval: Sequence[float], digits: int = 3) -> str:
 def verdict(stats: dict, digits: int = 3) -> str:
   """The comparison in words, worded by its interval.
 
-  "won 17 of 20 (sign test p = 0.0026); difference 0.033 [0.018, 0.047]" when the interval is
-  above zero; "...: not resolved at this size" when it holds zero; "...: the baseline is ahead"
-  when it is below.
+  Above zero: "won 17 of 20 (sign test p = 0.0026); difference 0.033 [0.018, 0.047]"; holding
+  zero: "not resolved at this size: lower on 3 of 5 (sign test p = 1); difference ..."; below
+  zero: "the baseline is ahead: lower on 0 of 5 (...); difference ...".
 
   Args:
     stats: `paired`'s result.
     digits: decimals of the difference and its interval.
   """
-  text = (
-    f"won {stats['wins']} of {stats['num_tasks']} (sign test p = {format_p(stats['p_value'])}); "
-    f"difference {stats['mean_difference']:.{digits}f} {format_interval(stats['ci95'], digits)}"
-  )
-  if stats["outcome"] == NOT_RESOLVED:
-    return f"{text}: {NOT_RESOLVED}"
+  count = f"{stats['wins']} of {stats['num_tasks']} (sign test p = {format_p(stats['p_value'])})"
+  difference = f"difference {interval_cell(stats, digits)}"
+  if stats["outcome"] == LEARNED_AHEAD:
+    return f"won {count}; {difference}"
   if stats["outcome"] == BASELINE_AHEAD:
-    return f"{text}: the baseline is ahead"
-  return text
+    return f"the baseline is ahead: lower on {count}; {difference}"
+  return f"{NOT_RESOLVED}: lower on {count}; {difference}"
+
+
+def interval_cell(stats: dict, digits: int = 3) -> str:
+  """The mean difference and its interval: "0.033 [0.018, 0.047]"."""
+  return f"{stats['mean_difference']:.{digits}f} {format_interval(stats['ci95'], digits)}"
+
+
+def of_comparison(comparison: dict) -> dict:
+  """`paired`'s statistics of a comparison (reporting.compare): those it holds, or computed from
+  its "difference" when it has none (one written before they were)."""
+  if all(key in comparison for key in STATISTICS_KEYS):
+    return {key: comparison[key] for key in STATISTICS_KEYS}
+  return paired(comparison["difference"])

@@ -136,15 +136,25 @@ def test_a_win_count_whose_interval_crosses_zero_is_not_resolved():
   stats = statistics.paired([0.01, 0.02, 0.01, -0.5, 0.01])  # 4 of 5 won, one large loss
   assert stats["wins"] == 4 and stats["ci95"][0] < 0 < stats["ci95"][1]
   text = statistics.verdict(stats)
-  assert text.startswith("won 4 of 5 (sign test p = 0.38); difference -0.090 [")
-  assert text.endswith(": not resolved at this size")
+  assert text.startswith(
+    "not resolved at this size: lower on 4 of 5 (sign test p = 0.38); difference -0.090 ["
+  )
+  assert "won" not in text
 
 
 def test_verdict_words_follow_the_interval():
   ahead = statistics.verdict(statistics.paired([0.2, 0.3, 0.25, 0.3]))
   assert ahead == "won 4 of 4 (sign test p = 0.12); difference 0.263 [0.225, 0.300]"
   behind = statistics.verdict(statistics.paired([-0.2, -0.3, -0.25, -0.3]))
-  assert behind.startswith("won 0 of 4") and behind.endswith(": the baseline is ahead")
+  assert behind.startswith("the baseline is ahead: lower on 0 of 4 (sign test p = 0.12)")
+
+
+def test_of_comparison_reads_the_statistics_or_computes_them():
+  stats = statistics.paired([0.2, -0.1, 0.3])
+  assert set(stats) == set(statistics.STATISTICS_KEYS)
+  assert statistics.of_comparison({"difference": [0.2, -0.1, 0.3]}) == stats
+  written = {"difference": [0.2, -0.1, 0.3], **stats, "p_value": 0.5}
+  assert statistics.of_comparison(written)["p_value"] == 0.5
 
 
 def test_format_p():
