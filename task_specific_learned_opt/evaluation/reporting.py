@@ -164,11 +164,17 @@ def write(
   for c in comparisons:
     if drawn is not None and (c["learned"], c["baseline"]) not in drawn:
       continue
-    metric = METRIC_NAMES[c.get("metric", "mean_loss")]
-    key = re.sub(r"[^A-Za-z0-9.=-]+", "_", f"histogram_{metric}_{c['baseline']}_vs_{c['learned']}")
+    key = histogram_key(c)
     paths[key] = os.path.join(output_dir, f"{key}.png")
     plots.plot_histogram(c, paths[key])
   return paths
+
+
+def histogram_key(comparison: dict) -> str:
+  """The name of a comparison's histogram, without ".png": histogram_<metric>_<b>_vs_<a>."""
+  metric = METRIC_NAMES[comparison.get("metric", "mean_loss")]
+  name = f"histogram_{metric}_{comparison['baseline']}_vs_{comparison['learned']}"
+  return re.sub(r"[^A-Za-z0-9.=-]+", "_", name)
 
 
 # The run-averaged metrics a summary keeps per task (averaged over inits).
