@@ -3,8 +3,9 @@
 The evaluations shipped in pretrained/ keep, for each comparison, the per-task differences
 (baseline minus learned, inits averaged): pretrained/fig6/evaluation/summary.json (every Fig. 6
 baseline, both thetas), pretrained/generated_bn_cnn_train/evaluation/evaluation.json (the L_train
-theta's first evaluation) and pretrained/out_of_family/<problem>/summary.json (App. E). From
-those this writes
+theta's first evaluation), pretrained/out_of_family/<problem>/summary.json (App. E) and
+pretrained/l_valid_alternatives/horizon_1000/evaluation_at_1000_steps/summary.json (snapshots of
+a longer-horizon L_valid run at 1,000 inner steps). From those this writes
 
   pretrained/statistics.json   one record per comparison: the evaluation, theta, baseline and
                                metric, both means and statistics.paired's statistics;
@@ -45,6 +46,7 @@ EVALUATIONS = {
   "fig6": "fig6/evaluation",
   "generated_bn_cnn_train": "generated_bn_cnn_train/evaluation",
   **{f"out_of_family/{name}": f"out_of_family/{name}" for name in OUT_OF_FAMILY},
+  "l_valid_alternatives/horizon_1000": "l_valid_alternatives/horizon_1000/evaluation_at_1000_steps",
 }
 # The evaluations whose histograms are shipped (Fig. 6c).
 WITH_HISTOGRAMS = ("fig6", "generated_bn_cnn_train")

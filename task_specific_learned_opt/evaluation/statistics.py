@@ -213,6 +213,21 @@ def verdict(stats: dict, digits: int = 3) -> str:
   return f"{NOT_RESOLVED}: lower on {count}; {difference}"
 
 
+def claim(stats: dict, digits: int = 3) -> str:
+  """A count with its test and interval, as the docs give it: "17 of 20 (p = 0.0026; difference
+  0.033 [0.019, 0.047])", then ", not resolved at this size" or ", baseline ahead" unless the
+  interval is above zero."""
+  text = (
+    f"{stats['wins']} of {stats['num_tasks']} (p = {format_p(stats['p_value'])}; "
+    f"difference {interval_cell(stats, digits)})"
+  )
+  if stats["outcome"] == NOT_RESOLVED:
+    return f"{text}, {NOT_RESOLVED}"
+  if stats["outcome"] == BASELINE_AHEAD:
+    return f"{text}, baseline ahead"
+  return text
+
+
 def interval_cell(stats: dict, digits: int = 3) -> str:
   """The mean difference and its interval: "0.033 [0.018, 0.047]"."""
   return f"{stats['mean_difference']:.{digits}f} {format_interval(stats['ci95'], digits)}"

@@ -35,6 +35,8 @@ def test_every_shipped_evaluation_and_comparison_is_there(found):
   for name in shipped.OUT_OF_FAMILY:
     rows = [r for r in found if r["evaluation"] == f"out_of_family/{name}"]
     assert len(rows) == 6 and {r["num_tasks"] for r in rows} == {5}
+  rows = [r for r in found if r["evaluation"] == "l_valid_alternatives/horizon_1000"]
+  assert len(rows) == 15 and {r["num_tasks"] for r in rows} == {4}
 
 
 def _one(found, evaluation, learned, baseline, metric):

@@ -161,3 +161,14 @@ def test_format_p():
   assert statistics.format_p(2 / 2**20) == "1.9e-06"
   assert statistics.format_p(0.0625) == "0.062"
   assert statistics.format_p(1.0) == "1"
+
+
+def test_claim_words_follow_the_interval():
+  assert statistics.claim(statistics.paired([0.2, 0.3, 0.25, 0.3])) == (
+    "4 of 4 (p = 0.12; difference 0.263 [0.225, 0.300])"
+  )
+  unresolved = statistics.claim(statistics.paired([0.01, 0.02, 0.01, -0.5, 0.01]))
+  assert unresolved.startswith("4 of 5 (p = 0.38; difference -0.090 [")
+  assert unresolved.endswith("]), not resolved at this size")
+  behind = statistics.claim(statistics.paired([-0.2, -0.3, -0.25, -0.3]))
+  assert behind.endswith(", baseline ahead")
