@@ -6,7 +6,9 @@ and the mean difference with its bootstrap interval (evaluation/shipped.py recom
 the per-task differences, as pretrained/statistics.md gives them).
 """
 
+import json
 import os
+import re
 
 import pytest
 
@@ -134,3 +136,74 @@ def test_five_tasks_cannot_give_a_sign_test_p_below_its_stated_floor(table):
   floor = statistics.format_p(statistics.sign_test_p(5, 0))
   assert f"no count of 5 gives a sign test p below {floor}" in table["App. E"]
   assert f"5 of 5 is p = {floor} by the sign test" in table["Fig. 6 at 11 minutes"]
+
+
+# "k of n (p = ...; difference m [low, high])", as statistics.claim writes it.
+CLAIM = re.compile(r"\d+ of \d+ \(p = [^;()]+; difference -?[\d.]+ \[-?[\d.]+, -?[\d.]+\]\)")
+DOCS = ("README.md", "docs/evaluation.md", "docs/pretrained.md", "docs/results.md")
+
+
+@pytest.mark.parametrize("name", DOCS)
+def test_every_claim_with_an_interval_in_the_docs_is_a_shipped_comparisons(found, name):
+  """Each "k of n (p = ...; difference ...)" in the docs is a shipped comparison's, and one that
+  is not a win says so right after it: "not resolved at this size", or "baseline ahead"."""
+  with open(os.path.join(testing_utils.REPO, name)) as f:
+    text = re.sub(r"\s+", " ", f.read())  # Claims may be wrapped over lines.
+  outcomes = {}
+  for r in found:
+    outcomes.setdefault(CLAIM.match(statistics.claim(r)).group(0), set()).add(r["outcome"])
+  for match in CLAIM.finditer(text):
+    assert match.group(0) in outcomes, f"{name}: {match.group(0)} is no shipped comparison's"
+    (outcome,) = outcomes[match.group(0)]
+    after = text[match.end() : match.end() + 120]
+    if outcome == statistics.NOT_RESOLVED:
+      assert statistics.NOT_RESOLVED in after, f"{name}: {match.group(0)} is not resolved"
+    elif outcome == statistics.BASELINE_AHEAD:
+      assert "baseline ahead" in after, f"{name}: {match.group(0)} is the baseline's"
+
+
+def _progress(run):
+  path = os.path.join(testing_utils.REPO, "pretrained", run, "evaluation_progress.jsonl")
+  with open(path) as f:
+    return [json.loads(line) for line in f]
+
+
+def test_the_l_valid_theta_against_adam_over_outer_training():
+  """docs/pretrained.md: on final test loss below Adam's from outer step 300 on on the outer-test
+  tasks, from 350 on on the outer-train ones (0.554 at 300); training loss from 250 on."""
+  records = _progress("generated_bn_cnn_valid")
+  path = os.path.join(
+    testing_utils.REPO, "pretrained", "generated_bn_cnn_valid", "evaluation_reference.json"
+  )
+  with open(path) as f:
+    adam = json.load(f)
+
+  def first_step_from_which(split, metric):
+    below = [r[split][metric] < adam[split][metric] for r in records]
+    steps = [r["outer_step"] for r in records]
+    return next(s for i, s in enumerate(steps) if all(below[i:]))
+
+  assert first_step_from_which("outer_test", "final_test_loss") == 300
+  assert first_step_from_which("outer_train", "final_test_loss") == 350
+  assert first_step_from_which("outer_train", "mean_train_loss") == 250
+  assert first_step_from_which("outer_test", "mean_train_loss") == 250
+  later = [r for r in records if r["outer_step"] >= 300]
+  test = [r["outer_test"]["final_test_loss"] for r in later]
+  train = [r["outer_train"]["final_test_loss"] for r in later if r["outer_step"] >= 350]
+  (at_300,) = [r["outer_train"]["final_test_loss"] for r in later if r["outer_step"] == 300]
+  with open(os.path.join(testing_utils.REPO, "docs", "pretrained.md")) as f:
+    text = re.sub(r"\s+", " ", f.read())
+  assert (
+    f"from outer step 300 on on the outer-test tasks ({_range(test)} against "
+    f"{adam['outer_test']['final_test_loss']:.3f}), and from outer step 350 on on the outer-train "
+    f"tasks ({_range(train)} against {adam['outer_train']['final_test_loss']:.3f}; at step 300 it "
+    f"is still above, {at_300:.3f}); its mean training loss is below Adam's on both from outer "
+    "step 250 on"
+  ) in text
+
+
+def test_the_out_of_family_table_in_the_docs_is_the_shipped_one():
+  with open(os.path.join(testing_utils.REPO, "pretrained", "out_of_family", "summary.md")) as f:
+    table = f.read()
+  with open(os.path.join(testing_utils.REPO, "docs", "evaluation.md")) as f:
+    assert table in f.read()
