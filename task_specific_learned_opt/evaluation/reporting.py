@@ -11,7 +11,11 @@ validation loss (tuning.py). Learned and fixed candidates are in both. The files
   curves.png               median and 25/75 percentiles against steps (Fig. 6a/b) ...
   curves_wallclock.png     ... and against wall-clock, steps rescaled by measured steps/s (App. I);
   histogram_<metric>_<a>_vs_<b>.png
-                           per task, (baseline - learned) run-averaged loss (Fig. 6c).
+                           per task, (baseline - learned) run-averaged loss (Fig. 6c), the
+                           mean's 95% bootstrap interval shaded.
+
+Each comparison carries the mean difference, its bootstrap interval and the paired tests'
+p-values (statistics.py), and is printed and drawn worded by its interval.
 """
 
 import csv
