@@ -156,21 +156,18 @@ def write(pretrained: str = PRETRAINED) -> dict[str, str]:
   return paths
 
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("pretrained", PRETRAINED, "The pretrained/ directory.")
-flags.DEFINE_bool("histograms", False, "Draw the shipped Fig. 6c histograms again.")
-
-
 def main(argv: Sequence[str]) -> None:
   """Writes the statistics files (and the histograms with --histograms); prints their paths."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  for path in write(FLAGS.pretrained).values():
+  for path in write(flags.FLAGS.pretrained).values():
     print(path)
-  if FLAGS.histograms:
-    for path in histograms(FLAGS.pretrained):
+  if flags.FLAGS.histograms:
+    for path in histograms(flags.FLAGS.pretrained):
       print(path)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # The flags only when run, so importing this module defines none.
+  flags.DEFINE_string("pretrained", PRETRAINED, "The pretrained/ directory.")
+  flags.DEFINE_bool("histograms", False, "Draw the shipped Fig. 6c histograms again.")
   app.run(main)
