@@ -10,6 +10,8 @@ import warnings
 import numpy as np
 from matplotlib import figure
 
+from task_specific_learned_opt.evaluation import statistics
+
 
 def _figure(figsize: tuple[float, float]) -> figure.Figure:
   return figure.Figure(figsize=figsize)
@@ -114,24 +116,33 @@ def plot_eval_curves(
 def plot_histogram(comparison: dict, path: str) -> None:
   """Fig. 6c: per task, baseline minus learned loss (averaged over the run), as a histogram.
 
+  The mean difference is a solid line in a shaded band, its 95% bootstrap interval over tasks;
+  the title gives the tasks won, the sign test's p-value and the interval, worded by it
+  (evaluation.statistics.verdict: "not resolved at this size" when it holds zero).
+
   Args:
     comparison: evaluation.compare's result (its "metric_name" labels the x-axis).
     path: the PNG to write.
   """
   fig = _figure((6, 4))
   ax = fig.subplots()
-  difference = comparison["difference"]
-  ax.hist(difference, bins=max(10, len(difference) // 5), color="tab:blue")
+  difference = np.asarray(comparison["difference"], dtype=float)
+  finite = difference[np.isfinite(difference)]
+  ax.hist(finite, bins=max(10, len(difference) // 5), color="tab:blue")
   ax.axvline(0, color="black", linestyle=":")
+  stats = statistics.of_comparison(comparison)
+  low, high = stats["ci95"]
+  if np.isfinite([low, high, stats["mean_difference"]]).all():
+    band = "95% bootstrap interval of the mean"
+    ax.axvspan(low, high, color="tab:orange", alpha=0.3, zorder=0, label=band)
+    ax.axvline(stats["mean_difference"], color="tab:orange", label="mean over tasks")
+    ax.legend(fontsize=7)
   metric = comparison.get("metric_name", "mean training loss")
   label = f"{metric} over the run: {comparison['baseline']} - {comparison['learned']}"
   ax.set_xlabel("\n".join(textwrap.wrap(label, 70)), fontsize=8)
   ax.set_ylabel("tasks")
-  ax.set_title(
-    f"{metric}: learned wins on {100 * comparison['fraction_learned_wins']:.0f}% of "
-    f"{len(difference)} held-out tasks",
-    fontsize=9,
-  )
+  title = f"{metric}, learned over {len(difference)} held-out tasks: {statistics.verdict(stats)}"
+  ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=8)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
 

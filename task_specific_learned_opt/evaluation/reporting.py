@@ -11,7 +11,11 @@ validation loss (tuning.py). Learned and fixed candidates are in both. The files
   curves.png               median and 25/75 percentiles against steps (Fig. 6a/b) ...
   curves_wallclock.png     ... and against wall-clock, steps rescaled by measured steps/s (App. I);
   histogram_<metric>_<a>_vs_<b>.png
-                           per task, (baseline - learned) run-averaged loss (Fig. 6c).
+                           per task, (baseline - learned) run-averaged loss (Fig. 6c), the
+                           mean's 95% bootstrap interval shaded.
+
+Each comparison carries the mean difference, its bootstrap interval and the paired tests'
+p-values (statistics.py), and is printed and drawn worded by its interval.
 """
 
 import csv
@@ -23,6 +27,7 @@ import numpy as np
 
 from task_specific_learned_opt import files, plots
 from task_specific_learned_opt.evaluation import protocol as protocol_lib
+from task_specific_learned_opt.evaluation import statistics
 
 RESULTS_FILENAME = "evaluation.json"
 SUMMARY_FILENAME = "summary.json"
@@ -47,7 +52,7 @@ _OBJECTIVE_NAMES = {"train": "training", "valid": "validation"}
 def compare(
   evaluation: dict, learned_name: str, baseline_name: str, metric: str = "mean_loss"
 ) -> dict:
-  """Per task, baseline minus learned `metric` (averaged over inits); who wins.
+  """Per task, baseline minus learned `metric` (averaged over inits); who wins, and how surely.
 
   Args:
     evaluation: an evaluation with both candidates in its "results".
@@ -58,7 +63,10 @@ def compare(
   Returns:
     {"learned", "baseline", "metric", "metric_name", "difference": [num_tasks],
      "learned_mean_loss" and "baseline_mean_loss": the metric's mean over tasks,
-     "fraction_learned_wins": the fraction of tasks with a positive difference}.
+     "fraction_learned_wins": the fraction of tasks with a positive difference, and
+     statistics.paired's statistics of the difference: "mean_difference", its bootstrap
+     interval "ci95" over tasks, the sign test's "p_value" on the tasks won, "wilcoxon_p_value",
+     the counts and the interval's "outcome"}.
   """
   results = evaluation["results"]
   learned_loss = np.asarray(results[learned_name][metric]).mean(axis=1)
@@ -73,6 +81,7 @@ def compare(
     "learned_mean_loss": float(np.mean(learned_loss)),
     "baseline_mean_loss": float(np.mean(baseline_loss)),
     "fraction_learned_wins": float(np.mean(difference > 0)),
+    **statistics.paired(difference),
   }
 
 
@@ -159,11 +168,17 @@ def write(
   for c in comparisons:
     if drawn is not None and (c["learned"], c["baseline"]) not in drawn:
       continue
-    metric = METRIC_NAMES[c.get("metric", "mean_loss")]
-    key = re.sub(r"[^A-Za-z0-9.=-]+", "_", f"histogram_{metric}_{c['baseline']}_vs_{c['learned']}")
+    key = histogram_key(c)
     paths[key] = os.path.join(output_dir, f"{key}.png")
     plots.plot_histogram(c, paths[key])
   return paths
+
+
+def histogram_key(comparison: dict) -> str:
+  """The name of a comparison's histogram, without ".png": histogram_<metric>_<b>_vs_<a>."""
+  metric = METRIC_NAMES[comparison.get("metric", "mean_loss")]
+  name = f"histogram_{metric}_{comparison['baseline']}_vs_{comparison['learned']}"
+  return re.sub(r"[^A-Za-z0-9.=-]+", "_", name)
 
 
 # The run-averaged metrics a summary keeps per task (averaged over inits).
@@ -230,13 +245,18 @@ def write_csv(evaluation: dict, path: str) -> None:
 
 
 def print_summary(evaluation: dict, num_steps: int) -> None:
-  """One line per comparison, one per panel (its baselines), and where the files are."""
+  """One line per comparison, one per panel (its baselines), and where the files are.
+
+  A comparison's line gives the means, the tasks won with the sign test's p-value and the mean
+  difference (baseline minus learned) with its 95% bootstrap interval over tasks, worded by the
+  interval (statistics.verdict: "not resolved at this size" when it holds zero).
+  """
   for c in evaluation["comparisons"]:
     print(
       f"{c['learned']} vs {c['baseline']} on {len(c['difference'])} held-out tasks, "
       f"{num_steps} steps: {c['metric_name']} {c['learned_mean_loss']:.4f} vs "
-      f"{c['baseline_mean_loss']:.4f}; the learned optimizer wins on "
-      f"{100 * c['fraction_learned_wins']:.0f}% of them",
+      f"{c['baseline_mean_loss']:.4f}; "
+      f"{statistics.verdict(statistics.of_comparison(c), digits=4)}",
       flush=True,
     )
   for panel, objective in PANEL_OBJECTIVES.items():

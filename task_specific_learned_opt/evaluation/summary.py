@@ -4,26 +4,28 @@
 (e.g. the shipped thetas on their own family and on each problem of gin/eval/out_of_family/) and
 writes one table with a row per evaluation, theta and baseline. A row gives, for the mean
 training loss, the mean test loss and the final test loss, the learned optimizer's and the
-baseline's means over tasks and the tasks the learned optimizer wins ("k of N": a positive
-per-task "difference", baseline minus learned averaged over inits), all read from the
-evaluation's "comparisons" (reporting.py). As there, the mean training loss is compared with the
-baseline of the train-loss panel (tuned on training loss) and the test losses with the one of the
-test-loss panel (tuned on validation loss), so a row pairs the two baselines of one kind: its
-name is theirs without the parenthesised objective ("adam" for "adam (lr tuned per task on train
-loss)" and "adam (lr tuned per task on valid loss)", "adam+reg+decay" for the L_train and L_valid
-search winners). A metric with no comparison of that kind reads "-".
+baseline's means over tasks, the tasks the learned optimizer wins ("k of N": a positive
+per-task "difference", baseline minus learned averaged over inits) with the sign test's p-value,
+and the mean difference with its 95% bootstrap interval over tasks, "not resolved at this size"
+when the interval holds zero (statistics.py), all from the evaluation's "comparisons"
+(reporting.py; the statistics computed from their differences when an older file has none).
+As there, the mean training loss is compared with the baseline of the train-loss panel (tuned on
+training loss) and the test losses with the one of the test-loss panel (tuned on validation
+loss), so a row pairs the two baselines of one kind: its name is theirs without the
+parenthesised objective ("adam" for "adam (lr tuned per task on train loss)" and "adam (lr tuned
+per task on valid loss)", "adam+reg+decay" for the L_train and L_valid search winners). A metric
+with no comparison of that kind reads "-".
 """
 
 import os
 import re
 from collections.abc import Mapping
 
-import numpy as np
-
 from task_specific_learned_opt import errors, files
-from task_specific_learned_opt.evaluation import reporting
+from task_specific_learned_opt.evaluation import reporting, statistics
 
 NOT_COMPARED = "-"
+CELLS_PER_METRIC = 3
 # The table's metrics, in order, each with the panel whose baselines it is compared with.
 _METRICS = [(m, panel) for panel, metrics in reporting.PANEL_METRICS.items() for m in metrics]
 
@@ -83,13 +85,19 @@ def baseline_kind(name: str) -> str:
 
 
 def _cells(comparison: dict | None) -> list[str]:
-  """The two cells of a comparison: the means ("0.685 vs 0.862") and the tasks won ("4 of 5")."""
+  """The three cells of a comparison: the means ("0.685 vs 0.862"), the tasks won with the sign
+  test's p-value ("4 of 5 (p = 0.38)") and the mean difference with its interval ("0.177 [0.120,
+  0.240]", followed by "; not resolved at this size" or "; baseline ahead" unless it is above 0)."""
   if comparison is None:
-    return [NOT_COMPARED, NOT_COMPARED]
-  difference = np.asarray(comparison["difference"], dtype=float)
+    return [NOT_COMPARED] * CELLS_PER_METRIC
+  stats = statistics.of_comparison(comparison)
+  interval = statistics.interval_cell(stats)
+  if stats["outcome"] != statistics.LEARNED_AHEAD:
+    interval += f"; {stats['outcome']}"
   return [
     f"{comparison['learned_mean_loss']:.3f} vs {comparison['baseline_mean_loss']:.3f}",
-    f"{int(np.sum(difference > 0))} of {difference.size}",
+    f"{stats['wins']} of {stats['num_tasks']} (p = {statistics.format_p(stats['p_value'])})",
+    interval,
   ]
 
 
@@ -101,8 +109,9 @@ def rows(name: str, evaluation: dict) -> list[list[str]]:
     evaluation: an evaluation.json's contents ("comparisons", "panel_baselines").
 
   Returns:
-    Rows of cells: name, theta, baseline kind, then per metric of `_METRICS` the means and the
-    tasks won against the baseline of that kind in the metric's panel.
+    Rows of cells: name, theta, baseline kind, then per metric of `_METRICS` the means, the
+    tasks won and the mean difference with its interval against the baseline of that kind in
+    the metric's panel.
   """
   found = {(c["learned"], c["baseline"], c["metric"]): c for c in evaluation["comparisons"]}
   thetas = list(dict.fromkeys(c["learned"] for c in evaluation["comparisons"]))
@@ -126,7 +135,8 @@ def header() -> list[str]:
     objective = reporting.PANEL_OBJECTIVES[panel]
     columns += [
       f"{reporting.METRIC_NAMES[metric]}, learned vs baseline (tuned on {objective} loss)",
-      "tasks won",
+      "tasks won (sign test p)",
+      "baseline - learned, mean [95% CI]",
     ]
   return columns
 

@@ -15,6 +15,7 @@ from task_specific_learned_opt.evaluation import (
   protocol,
   run_cache,
   running,
+  statistics,
 )
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.optimizers import adam
@@ -211,10 +212,12 @@ def test_search_winners_go_to_the_panel_and_comparison_of_their_objective(tmp_pa
     # A histogram named by the metric, and one printed line per pair.
     path = result["paths"][f"histogram_{histogram}_vs_learned"]
     assert path.endswith(f"histogram_{histogram}_vs_learned.png") and os.path.getsize(path) > 5000
+    stats = statistics.paired(other - learned)
+    for key in statistics.STATISTICS_KEYS:
+      assert c[key] == pytest.approx(stats[key]) if key != "outcome" else c[key] == stats[key]
     line = (
       f"learned vs {baseline} on 3 held-out tasks, 20 steps: {name} {np.mean(learned):.4f} vs "
-      f"{np.mean(other):.4f}; the learned optimizer wins on "
-      f"{100 * np.mean(other - learned > 0):.0f}% of them"
+      f"{np.mean(other):.4f}; {statistics.verdict(stats, digits=4)}"
     )
     assert line in output
   assert len([k for k in result["paths"] if k.startswith("histogram")]) == 6

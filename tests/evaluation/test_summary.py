@@ -20,10 +20,14 @@ ADAM_VALID = "adam (lr tuned per task on valid loss)"
 SEARCHED_TRAIN = "adam+reg+decay (L_train)"
 HEADER = (
   "| evaluation | theta | baseline "
-  "| mean training loss, learned vs baseline (tuned on train loss) | tasks won "
-  "| mean test loss, learned vs baseline (tuned on valid loss) | tasks won "
-  "| final test loss, learned vs baseline (tuned on valid loss) | tasks won |"
+  "| mean training loss, learned vs baseline (tuned on train loss) | tasks won (sign test p) "
+  "| baseline - learned, mean [95% CI] "
+  "| mean test loss, learned vs baseline (tuned on valid loss) | tasks won (sign test p) "
+  "| baseline - learned, mean [95% CI] "
+  "| final test loss, learned vs baseline (tuned on valid loss) | tasks won (sign test p) "
+  "| baseline - learned, mean [95% CI] |"
 )
+UNRESOLVED = "; not resolved at this size"
 
 
 def _results(mean_loss, mean_test_loss, final_test_loss):
@@ -87,23 +91,32 @@ def test_the_table_has_a_row_per_evaluation_theta_and_baseline(in_family, out_of
   text = summary.summarize({"in family": in_family, "mlp": out_of_family})
   assert text.splitlines() == [
     HEADER,
-    "|" + " --- |" * 9,
+    "|" + " --- |" * 12,
     # L_train against ADAM_TRAIN on training loss: 0.6 (the mean of 0.6, 1.0, 0.2) vs 0.7 (of
-    # 0.8, 0.9, 0.4), lower on tasks 0 and 2; against ADAM_VALID on test loss: 0.5 vs 0.4 (of
-    # 0.6, 0.3, 0.3), lower on task 0; final 0.5 (of 0.4, 0.6, 0.5) vs 0.5, lower on task 0.
-    "| in family | L_train | adam | 0.600 vs 0.700 | 2 of 3 | 0.500 vs 0.400 | 1 of 3 "
-    "| 0.500 vs 0.500 | 1 of 3 |",
-    # L_valid: 0.9 vs 0.7, lower on none (a tie on task 1 is no win); 0.3 (of 0.3, 0.4, 0.2) vs
-    # 0.4, lower on tasks 0 and 2; final 0.2 (of 0.1, 0.2, 0.3) vs 0.5, lower on all 3.
-    "| in family | L_valid | adam | 0.900 vs 0.700 | 0 of 3 | 0.300 vs 0.400 | 2 of 3 "
-    "| 0.200 vs 0.500 | 3 of 3 |",
-    # 1.2 (of 1.2, 1.4, 1.0) vs 1.0, lower on none; 0.8 vs 0.9, on all 3; final 0.8 (of 0.7,
-    # 0.8, 0.9) vs inf (of 0.6, 0.6, inf): lower only where Adam diverged.
-    "| mlp | L_train | adam | 1.200 vs 1.000 | 0 of 3 | 0.800 vs 0.900 | 3 of 3 "
-    "| 0.800 vs inf | 1 of 3 |",
+    # 0.8, 0.9, 0.4), lower on tasks 0 and 2 (differences 0.2, -0.1, 0.2: the sign test's p is 1
+    # for 2 of 3); against ADAM_VALID on test loss: 0.5 vs 0.4 (of 0.6, 0.3, 0.3), lower on task
+    # 0; final 0.5 (of 0.4, 0.6, 0.5) vs 0.5, lower on task 0. Three tasks resolve nothing here.
+    "| in family | L_train | adam | 0.600 vs 0.700 | 2 of 3 (p = 1) "
+    f"| 0.100 [-0.100, 0.200]{UNRESOLVED} | 0.500 vs 0.400 | 1 of 3 (p = 1) "
+    f"| -0.100 [-0.200, 0.100]{UNRESOLVED} | 0.500 vs 0.500 | 1 of 3 (p = 1) "
+    f"| 0.000 [-0.100, 0.100]{UNRESOLVED} |",
+    # L_valid: 0.9 vs 0.7, lower on none (a tie on task 1 is no win: 0 of 2 untied, p = 0.5);
+    # 0.3 (of 0.3, 0.4, 0.2) vs 0.4, lower on tasks 0 and 2; final 0.2 (of 0.1, 0.2, 0.3) vs
+    # 0.5, lower on all 3 (p = 2 / 2^3), every resampled mean above 0: resolved.
+    "| in family | L_valid | adam | 0.900 vs 0.700 | 0 of 3 (p = 0.5) "
+    f"| -0.200 [-0.500, 0.000]{UNRESOLVED} | 0.300 vs 0.400 | 2 of 3 (p = 1) "
+    f"| 0.100 [-0.100, 0.300]{UNRESOLVED} | 0.200 vs 0.500 | 3 of 3 (p = 0.25) "
+    "| 0.300 [0.200, 0.400] |",
+    # 1.2 (of 1.2, 1.4, 1.0) vs 1.0, lower on none; 0.8 vs 0.9, on all 3 by 0.1 (a constant
+    # difference: its interval is that constant); final 0.8 (of 0.7, 0.8, 0.9) vs inf (of 0.6,
+    # 0.6, inf): lower only where Adam diverged, an infinite mean whose interval holds zero.
+    "| mlp | L_train | adam | 1.200 vs 1.000 | 0 of 3 (p = 0.5) "
+    f"| -0.200 [-0.400, 0.000]{UNRESOLVED} | 0.800 vs 0.900 | 3 of 3 (p = 0.25) "
+    f"| 0.100 [0.100, 0.100] | 0.800 vs inf | 1 of 3 (p = 1) | inf [-0.200, inf]{UNRESOLVED} |",
     # Against the search winner, 1.2 vs 1.3, lower on tasks 0 and 2; it has no counterpart tuned
     # on validation loss, so the test losses are not compared.
-    "| mlp | L_train | adam+reg+decay | 1.200 vs 1.300 | 2 of 3 | - | - | - | - |",
+    "| mlp | L_train | adam+reg+decay | 1.200 vs 1.300 | 2 of 3 (p = 1) "
+    f"| 0.100 [-0.100, 0.300]{UNRESOLVED} |" + " - |" * 6,
   ]
 
 

@@ -1,0 +1,173 @@
+"""The statistics of the shipped evaluations, recomputed from their per-task files.
+
+The evaluations shipped in pretrained/ keep, for each comparison, the per-task differences
+(baseline minus learned, inits averaged): pretrained/fig6/evaluation/summary.json (every Fig. 6
+baseline, both thetas), pretrained/generated_bn_cnn_train/evaluation/evaluation.json (the L_train
+theta's first evaluation), pretrained/out_of_family/<problem>/summary.json (App. E) and
+pretrained/l_valid_alternatives/horizon_1000/evaluation_at_1000_steps/summary.json (snapshots of
+a longer-horizon L_valid run at 1,000 inner steps). From those this writes
+
+  pretrained/statistics.json   one record per comparison: the evaluation, theta, baseline and
+                               metric, both means and statistics.paired's statistics;
+  pretrained/statistics.md     the same as markdown tables, one per evaluation, each comparison
+                               worded by its interval (statistics.verdict);
+  pretrained/out_of_family/summary.md
+                               summary.py's table of the out-of-family evaluations;
+
+and, with --histograms, draws the shipped Fig. 6c histograms again (plots.plot_histogram) with
+their intervals. The docs' "k of n" claims are read from statistics.md; a test checks that the
+committed files are what this writes.
+
+  python -m task_specific_learned_opt.evaluation.shipped [--histograms]
+"""
+
+import os
+from collections.abc import Sequence
+
+from absl import app, flags
+
+from task_specific_learned_opt import files, plots
+from task_specific_learned_opt.evaluation import reporting, statistics, summary
+
+PRETRAINED = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "pretrained"))
+STATISTICS_JSON = "statistics.json"
+STATISTICS_MARKDOWN = "statistics.md"
+OUT_OF_FAMILY = (
+  "in_family",
+  "cnn_8_channels",
+  "cnn_32_channels",
+  "cnn_6_layers",
+  "cnn_no_batch_norm",
+  "mlp_2x32",
+  "images_16x16",
+)
+# {name: directory under pretrained/}, in the order they are written.
+EVALUATIONS = {
+  "fig6": "fig6/evaluation",
+  "generated_bn_cnn_train": "generated_bn_cnn_train/evaluation",
+  **{f"out_of_family/{name}": f"out_of_family/{name}" for name in OUT_OF_FAMILY},
+  "l_valid_alternatives/horizon_1000": "l_valid_alternatives/horizon_1000/evaluation_at_1000_steps",
+}
+# The evaluations whose histograms are shipped (Fig. 6c).
+WITH_HISTOGRAMS = ("fig6", "generated_bn_cnn_train")
+
+
+def records(pretrained: str = PRETRAINED) -> list[dict]:
+  """One record per comparison of every shipped evaluation, in file order.
+
+  Args:
+    pretrained: the pretrained/ directory.
+
+  Returns:
+    [{"evaluation", "learned", "baseline", "metric", "learned_mean_loss", "baseline_mean_loss",
+      **statistics.paired(the comparison's "difference")}].
+  """
+  found = []
+  for name, directory in EVALUATIONS.items():
+    evaluation = summary.read_evaluation(os.path.join(pretrained, directory))
+    for c in evaluation["comparisons"]:
+      found.append(
+        {
+          "evaluation": name,
+          **{k: c[k] for k in ("learned", "baseline", "metric")},
+          "learned_mean_loss": float(c["learned_mean_loss"]),
+          "baseline_mean_loss": float(c["baseline_mean_loss"]),
+          **statistics.paired(c["difference"]),
+        }
+      )
+  return found
+
+
+def markdown(found: Sequence[dict]) -> str:
+  """statistics.md: a table per evaluation of `records`."""
+  lines = [
+    "# Statistics of the shipped evaluations\n",
+    "\n",
+    "Written by `python -m task_specific_learned_opt.evaluation.shipped` from the per-task\n",
+    "differences of each evaluation's comparisons (baseline minus learned, inits averaged; a\n",
+    'positive difference is a task the learned optimizer wins). "tasks won": the tasks with a\n',
+    "positive difference, with the exact two-sided sign test's p (ties left out); Wilcoxon: the\n",
+    "exact signed-rank test's p; the mean difference with its 95% percentile bootstrap interval\n",
+    f"over tasks ({statistics.NUM_RESAMPLES:,} resamples, seed {statistics.SEED}). A comparison "
+    f'whose interval holds\nzero is "{statistics.NOT_RESOLVED}".\n',
+  ]
+  columns = [
+    "theta",
+    "baseline",
+    "metric",
+    "learned vs baseline",
+    "tasks won (sign test p)",
+    "Wilcoxon p",
+    "baseline - learned, mean [95% CI]",
+    "outcome",
+  ]
+  for name in EVALUATIONS:
+    rows = [r for r in found if r["evaluation"] == name]
+    lines += [f"\n## {name} ({rows[0]['num_tasks']} tasks)\n\n"]
+    lines += [f"| {' | '.join(columns)} |\n", "|" + " --- |" * len(columns) + "\n"]
+    for r in rows:
+      cells = [
+        r["learned"],
+        r["baseline"],
+        reporting.METRIC_NAMES[r["metric"]],
+        f"{r['learned_mean_loss']:.3f} vs {r['baseline_mean_loss']:.3f}",
+        f"{r['wins']} of {r['num_tasks']} (p = {statistics.format_p(r['p_value'])})",
+        statistics.format_p(r["wilcoxon_p_value"]),
+        statistics.interval_cell(r),
+        r["outcome"],
+      ]
+      lines.append(f"| {' | '.join(cells)} |\n")
+  return "".join(lines)
+
+
+def out_of_family_table(pretrained: str = PRETRAINED) -> str:
+  """summary.py's table of the out-of-family evaluations, in OUT_OF_FAMILY's order."""
+  evaluations = {
+    name: summary.read_evaluation(os.path.join(pretrained, "out_of_family", name))
+    for name in OUT_OF_FAMILY
+  }
+  return summary.table(evaluations)
+
+
+def histograms(pretrained: str = PRETRAINED) -> list[str]:
+  """Draws again the shipped histograms (those of WITH_HISTOGRAMS that exist); their paths."""
+  drawn = []
+  for name in WITH_HISTOGRAMS:
+    directory = os.path.join(pretrained, EVALUATIONS[name])
+    for c in summary.read_evaluation(directory)["comparisons"]:
+      path = os.path.join(directory, f"{reporting.histogram_key(c)}.png")
+      if os.path.exists(path):
+        plots.plot_histogram(c, path)
+        drawn.append(path)
+  return drawn
+
+
+def write(pretrained: str = PRETRAINED) -> dict[str, str]:
+  """Writes statistics.json, statistics.md and out_of_family/summary.md; returns {what: path}."""
+  found = records(pretrained)
+  paths = {
+    "json": os.path.join(pretrained, STATISTICS_JSON),
+    "markdown": os.path.join(pretrained, STATISTICS_MARKDOWN),
+    "out_of_family": os.path.join(pretrained, "out_of_family", "summary.md"),
+  }
+  files.write_json(paths["json"], found, indent=1)
+  files.write_text(paths["markdown"], markdown(found))
+  files.write_text(paths["out_of_family"], out_of_family_table(pretrained))
+  return paths
+
+
+def main(argv: Sequence[str]) -> None:
+  """Writes the statistics files (and the histograms with --histograms); prints their paths."""
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  for path in write(flags.FLAGS.pretrained).values():
+    print(path)
+  if flags.FLAGS.histograms:
+    for path in histograms(flags.FLAGS.pretrained):
+      print(path)
+
+
+if __name__ == "__main__":  # The flags only when run, so importing this module defines none.
+  flags.DEFINE_string("pretrained", PRETRAINED, "The pretrained/ directory.")
+  flags.DEFINE_bool("histograms", False, "Draw the shipped Fig. 6c histograms again.")
+  app.run(main)

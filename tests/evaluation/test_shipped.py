@@ -1,0 +1,76 @@
+"""The statistics of the shipped evaluations (evaluation/shipped.py) and its committed files."""
+
+import json
+import os
+
+import pytest
+
+from task_specific_learned_opt import files
+from task_specific_learned_opt.evaluation import shipped, statistics
+
+
+@pytest.fixture(scope="module")
+def found():
+  return shipped.records()
+
+
+def _read(*path):
+  with open(os.path.join(shipped.PRETRAINED, *path)) as f:
+    return f.read()
+
+
+def test_the_committed_statistics_are_what_the_shipped_files_give(found):
+  assert _read(shipped.STATISTICS_MARKDOWN) == shipped.markdown(found)
+  written = json.dumps(files.to_json(found), indent=1)
+  assert _read(shipped.STATISTICS_JSON) == written
+
+
+def test_the_committed_out_of_family_table_is_what_its_files_give():
+  assert _read("out_of_family", "summary.md") == shipped.out_of_family_table()
+
+
+def test_every_shipped_evaluation_and_comparison_is_there(found):
+  assert [r["evaluation"] for r in found if r["evaluation"] == "fig6"] == ["fig6"] * 24
+  assert len([r for r in found if r["evaluation"] == "generated_bn_cnn_train"]) == 3
+  for name in shipped.OUT_OF_FAMILY:
+    rows = [r for r in found if r["evaluation"] == f"out_of_family/{name}"]
+    assert len(rows) == 6 and {r["num_tasks"] for r in rows} == {5}
+  rows = [r for r in found if r["evaluation"] == "l_valid_alternatives/horizon_1000"]
+  assert len(rows) == 15 and {r["num_tasks"] for r in rows} == {4}
+
+
+def _one(found, evaluation, learned, baseline, metric):
+  (row,) = [
+    r
+    for r in found
+    if (r["evaluation"], r["learned"], r["baseline"], r["metric"])
+    == (evaluation, learned, baseline, metric)
+  ]
+  return row
+
+
+def test_the_fig6_headline_counts_and_their_tests(found):
+  # L_valid against the L_valid search winner on final test loss: 17 of 20, the sign test's p
+  # 2 * P(X <= 3) for X ~ Binomial(20, 1/2), resolved.
+  row = _one(found, "fig6", "L_valid", "adam+reg+decay (L_valid)", "final_test_loss")
+  assert (row["wins"], row["num_tasks"]) == (17, 20)
+  assert row["p_value"] == pytest.approx(2 * (1 + 20 + 190 + 1140) / 2**20)
+  assert row["outcome"] == statistics.LEARNED_AHEAD
+  assert row["ci95"][0] < row["mean_difference"] < row["ci95"][1]
+  # L_train against the L_train winner on mean training loss: 20 of 20, p = 2 / 2^20.
+  row = _one(found, "fig6", "L_train", "adam+reg+decay (L_train)", "mean_loss")
+  assert (row["wins"], row["p_value"]) == (20, pytest.approx(2 / 2**20))
+  assert row["outcome"] == statistics.LEARNED_AHEAD
+
+
+def test_a_four_of_five_with_an_interval_across_zero_is_not_resolved(found):
+  row = _one(
+    found,
+    "out_of_family/in_family",
+    "L_valid",
+    "adam (lr tuned per task on valid loss)",
+    "final_test_loss",
+  )
+  assert (row["wins"], row["num_tasks"]) == (4, 5)
+  assert row["ci95"][0] < 0 < row["ci95"][1]
+  assert row["outcome"] == statistics.NOT_RESOLVED

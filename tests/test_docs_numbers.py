@@ -1,0 +1,209 @@
+"""The README's headline numbers of the shipped evaluations, against the files they come from.
+
+Each count of tasks won that the results table gives for a shipped evaluation is checked, to the
+precision it is printed, against pretrained/: the means over tasks, the count, the sign test's p
+and the mean difference with its bootstrap interval (evaluation/shipped.py recomputes them from
+the per-task differences, as pretrained/statistics.md gives them).
+"""
+
+import json
+import os
+import re
+
+import pytest
+
+from task_specific_learned_opt.evaluation import shipped, statistics
+
+from . import testing_utils
+
+TRAIN = "(lr tuned per task on train loss)"
+VALID = "(lr tuned per task on valid loss)"
+
+
+@pytest.fixture(scope="module")
+def found():
+  return shipped.records()
+
+
+@pytest.fixture(scope="module")
+def table():
+  """{the first cell of a row of the README's results table: the row}."""
+  with open(os.path.join(testing_utils.REPO, "README.md")) as f:
+    rows = [line for line in f if line.startswith("| ")]
+  return {row.split("|")[1].strip(): row for row in rows}
+
+
+def _rows(found, evaluation, learned, metric, baselines=None):
+  rows = [
+    r
+    for r in found
+    if (r["evaluation"], r["learned"], r["metric"]) == (evaluation, learned, metric)
+    and (baselines is None or r["baseline"] in baselines)
+  ]
+  assert rows, (evaluation, learned, metric, baselines)
+  return rows
+
+
+def _range(values, digits=3):
+  low, high = min(values), max(values)
+  return f"{low:.{digits}f}-{high:.{digits}f}"
+
+
+# Fig. 6's four baselines of each panel.
+FIG6_TRAIN = [f"{k} {TRAIN}" for k in ("adam", "rmsprop", "sgdm")] + ["adam+reg+decay (L_train)"]
+FIG6_VALID = [f"{k} {VALID}" for k in ("adam", "rmsprop", "sgdm")] + ["adam+reg+decay (L_valid)"]
+
+
+def test_fig6ab_every_baseline(found, table):
+  row = table["Fig. 6a, b"]
+  # L_train theta, mean training loss: 20 of 20 against each, every interval above zero.
+  rows = _rows(found, "fig6", "L_train", "mean_loss", FIG6_TRAIN)
+  assert len(rows) == 4
+  learned = f"{rows[0]['learned_mean_loss']:.3f}"
+  baselines = _range([r["baseline_mean_loss"] for r in rows])
+  assert f"L_train theta mean training loss {learned} against {baselines} " in row
+  assert {(r["wins"], r["num_tasks"]) for r in rows} == {(20, 20)}
+  (p,) = {statistics.format_p(r["p_value"]) for r in rows}
+  differences = [r["mean_difference"] for r in rows]
+  text = f"(20 of 20 tasks each, p = {p}; differences {min(differences):.3f} to "
+  assert text + f"{max(differences):.3f}, each 95% interval above zero)" in row
+  assert {r["outcome"] for r in rows} == {statistics.LEARNED_AHEAD}
+  # L_valid theta, final test loss: 17-18 of 20, every interval above zero.
+  rows = _rows(found, "fig6", "L_valid", "final_test_loss", FIG6_VALID)
+  learned = f"{rows[0]['learned_mean_loss']:.3f}"
+  baselines = _range([r["baseline_mean_loss"] for r in rows])
+  wins = [r["wins"] for r in rows]
+  largest_p = statistics.format_p(max(r["p_value"] for r in rows))
+  differences = [r["mean_difference"] for r in rows]
+  assert (
+    f"L_valid theta final test loss {learned} against {baselines} ({min(wins)}-{max(wins)} of "
+    f"20, p = {largest_p} or less; differences {min(differences):.3f} to "
+    f"{max(differences):.3f}, each interval above zero)"
+  ) in row
+  assert {r["outcome"] for r in rows} == {statistics.LEARNED_AHEAD}
+  # L_valid theta, mean test loss: 20 of 20.
+  rows = _rows(found, "fig6", "L_valid", "mean_test_loss", FIG6_VALID)
+  (p,) = {statistics.format_p(r["p_value"]) for r in rows}
+  assert {(r["wins"], r["outcome"]) for r in rows} == {(20, statistics.LEARNED_AHEAD)}
+  learned = f"{rows[0]['learned_mean_loss']:.3f}"
+  baselines = _range([r["baseline_mean_loss"] for r in rows])
+  assert f"mean test loss {learned} against {baselines} (20 of 20, p = {p})" in row
+
+
+@pytest.mark.parametrize(
+  "learned, baseline, metric, name",
+  [
+    ("L_train", "adam+reg+decay (L_train)", "mean_loss", "mean training loss"),
+    ("L_valid", "adam+reg+decay (L_valid)", "final_test_loss", "final test loss"),
+    ("L_valid", "adam+reg+decay (L_valid)", "mean_test_loss", "mean test loss"),
+  ],
+)
+def test_fig6c_each_theta_against_its_search_winner(found, table, learned, baseline, metric, name):
+  (r,) = _rows(found, "fig6", learned, metric, [baseline])
+  means = f"{r['learned_mean_loss']:.3f} against {r['baseline_mean_loss']:.3f}"
+  assert f"{name} {means}: {statistics.claim(r)}" in table["Fig. 6c"]
+
+
+def test_app_h_the_shipped_theta_against_tuned_adam(found, table):
+  (r,) = _rows(found, "generated_bn_cnn_train", "shipped", "mean_loss", [f"adam {TRAIN}"])
+  assert f"against LR-tuned Adam wins {statistics.claim(r)} held-out tasks" in table["App. H"]
+
+
+@pytest.mark.parametrize(
+  "name, problem, learned",
+  [
+    ("8 channels", "cnn_8_channels", "L_valid"),
+    ("32 channels", "cnn_32_channels", "L_valid"),
+    ("6 layers", "cnn_6_layers", "L_valid"),
+    ("16x16 images", "images_16x16", "L_valid"),
+    ("no batch norm", "cnn_no_batch_norm", "L_valid"),
+    ("L_train theta:", "cnn_no_batch_norm", "L_train"),
+  ],
+)
+def test_app_e_out_of_family(found, table, name, problem, learned):
+  (r,) = _rows(found, f"out_of_family/{problem}", learned, "mean_loss")
+  assert f"{name} {statistics.claim(r)}" in table["App. E"]
+
+
+def test_app_e_the_mlp_loses_with_both_thetas(found, table):
+  rows = [r for r in found if r["evaluation"] == "out_of_family/mlp_2x32"]
+  rows = [r for r in rows if r["metric"] == "mean_loss"]
+  assert {(r["wins"], r["outcome"]) for r in rows} == {(0, statistics.BASELINE_AHEAD)}
+  assert "MLP 0 of 5 for both, baseline ahead" in table["App. E"]
+
+
+def test_five_tasks_cannot_give_a_sign_test_p_below_its_stated_floor(table):
+  floor = statistics.format_p(statistics.sign_test_p(5, 0))
+  assert f"no count of 5 gives a sign test p below {floor}" in table["App. E"]
+  assert f"5 of 5 is p = {floor} by the sign test" in table["Fig. 6 at 11 minutes"]
+
+
+# "k of n (p = ...; difference m [low, high])", as statistics.claim writes it.
+CLAIM = re.compile(r"\d+ of \d+ \(p = [^;()]+; difference -?[\d.]+ \[-?[\d.]+, -?[\d.]+\]\)")
+DOCS = ("README.md", "docs/evaluation.md", "docs/pretrained.md", "docs/results.md")
+
+
+@pytest.mark.parametrize("name", DOCS)
+def test_every_claim_with_an_interval_in_the_docs_is_a_shipped_comparisons(found, name):
+  """Each "k of n (p = ...; difference ...)" in the docs is a shipped comparison's, and one that
+  is not a win says so right after it: "not resolved at this size", or "baseline ahead"."""
+  with open(os.path.join(testing_utils.REPO, name)) as f:
+    text = re.sub(r"\s+", " ", f.read())  # Claims may be wrapped over lines.
+  outcomes = {}
+  for r in found:
+    outcomes.setdefault(CLAIM.match(statistics.claim(r)).group(0), set()).add(r["outcome"])
+  for match in CLAIM.finditer(text):
+    assert match.group(0) in outcomes, f"{name}: {match.group(0)} is no shipped comparison's"
+    (outcome,) = outcomes[match.group(0)]
+    after = text[match.end() : match.end() + 120]
+    if outcome == statistics.NOT_RESOLVED:
+      assert statistics.NOT_RESOLVED in after, f"{name}: {match.group(0)} is not resolved"
+    elif outcome == statistics.BASELINE_AHEAD:
+      assert "baseline ahead" in after, f"{name}: {match.group(0)} is the baseline's"
+
+
+def _progress(run):
+  path = os.path.join(testing_utils.REPO, "pretrained", run, "evaluation_progress.jsonl")
+  with open(path) as f:
+    return [json.loads(line) for line in f]
+
+
+def test_the_l_valid_theta_against_adam_over_outer_training():
+  """docs/pretrained.md: on final test loss below Adam's from outer step 300 on on the outer-test
+  tasks, from 350 on on the outer-train ones (0.554 at 300); training loss from 250 on."""
+  records = _progress("generated_bn_cnn_valid")
+  path = os.path.join(
+    testing_utils.REPO, "pretrained", "generated_bn_cnn_valid", "evaluation_reference.json"
+  )
+  with open(path) as f:
+    adam = json.load(f)
+
+  def first_step_from_which(split, metric):
+    below = [r[split][metric] < adam[split][metric] for r in records]
+    steps = [r["outer_step"] for r in records]
+    return next(s for i, s in enumerate(steps) if all(below[i:]))
+
+  assert first_step_from_which("outer_test", "final_test_loss") == 300
+  assert first_step_from_which("outer_train", "final_test_loss") == 350
+  assert first_step_from_which("outer_train", "mean_train_loss") == 250
+  assert first_step_from_which("outer_test", "mean_train_loss") == 250
+  later = [r for r in records if r["outer_step"] >= 300]
+  test = [r["outer_test"]["final_test_loss"] for r in later]
+  train = [r["outer_train"]["final_test_loss"] for r in later if r["outer_step"] >= 350]
+  (at_300,) = [r["outer_train"]["final_test_loss"] for r in later if r["outer_step"] == 300]
+  with open(os.path.join(testing_utils.REPO, "docs", "pretrained.md")) as f:
+    text = re.sub(r"\s+", " ", f.read())
+  assert (
+    f"from outer step 300 on on the outer-test tasks ({_range(test)} against "
+    f"{adam['outer_test']['final_test_loss']:.3f}), and from outer step 350 on on the outer-train "
+    f"tasks ({_range(train)} against {adam['outer_train']['final_test_loss']:.3f}; at step 300 it "
+    f"is still above, {at_300:.3f}); its mean training loss is below Adam's on both from outer "
+    "step 250 on"
+  ) in text
+
+
+def test_the_out_of_family_table_in_the_docs_is_the_shipped_one():
+  with open(os.path.join(testing_utils.REPO, "pretrained", "out_of_family", "summary.md")) as f:
+    table = f.read()
+  with open(os.path.join(testing_utils.REPO, "docs", "evaluation.md")) as f:
+    assert table in f.read()
