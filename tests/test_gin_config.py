@@ -121,6 +121,7 @@ BUILDERS = [
   ("inner/*.gin", _entry_point("inner_comparison.run")),
   ("ablations_small/study.gin", _study("ablation_study")),
   ("paper/ablations/study.gin", _study("ablation_study")),
+  ("paper_family_plateau/study.gin", _study("ablation_study")),
   ("quickstart_seeds.gin", _study("seed_study")),
   ("quickstart_seeds_valid.gin", _study("seed_study")),
   ("paper/seeds.gin", _study("seed_study")),
@@ -134,6 +135,7 @@ BUILDERS = [
   ("paper/*_objective.gin", _outer_training),
   ("paper/ablations/*.gin", _outer_training),
   ("ablations_small/*.gin", _outer_training),
+  ("paper_family_plateau/*.gin", _outer_training),
   ("original_code/*.gin", _outer_training),
   ("pretrained/*.gin", _outer_training),
 ]
