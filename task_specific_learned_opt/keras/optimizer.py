@@ -42,15 +42,17 @@ statistics). Under a strategy, Keras's per-variable path (`update_step`) calls t
 on one variable at a time; both compute the same function.
 """
 
+import gc
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from task_specific_learned_opt import checkpoints
-from task_specific_learned_opt.keras import lopt_options
+from task_specific_learned_opt.keras import batch_norm, lopt_options
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 
 KERAS_PACKAGE = "task_specific_learned_opt"
@@ -218,6 +220,9 @@ class LearnedOptimizer(keras.optimizers.Optimizer):
     self, grads: Sequence[Any], variables: Sequence[Any], learning_rate: Any
   ) -> None:
     """Maps the variables onto an MLPLOptState, applies opt_fn(theta)'s update, writes back."""
+    if not getattr(self, "_batch_norm_checked", False):
+      self._batch_norm_checked = True
+      self._warn_about_batch_norm()
     momenta = [self._momenta[self._get_variable_index(v)] for v in variables]
     params = [tf.cast(_read(v), tf.float32) for v in variables]
     state = mlp_lopt.MLPLOptState(
@@ -235,6 +240,34 @@ class LearnedOptimizer(keras.optimizers.Optimizer):
       self.assign(momentum, new_momentum)
       # old + scale * (new - old), written so that scale = 1 gives exactly `new`.
       self.assign(variable, new - (1.0 - scale) * (new - old))
+
+  def _warn_about_batch_norm(self) -> None:
+    """One warning if it trains a BatchNormalization layer whose statistics nothing re-estimates.
+
+    Runs once, at the first update (in model.fit: when the train step is traced, after the
+    callbacks' on_train_begin). A batch_norm.ReestimateBatchNorm callback marks the optimizer it
+    re-estimates for; otherwise the BatchNormalization layers that own a trained variable are
+    looked up among the live objects (once per optimizer, about 0.2 s).
+    """
+    if getattr(self, batch_norm.REESTIMATED_ATTRIBUTE, False):
+      return
+    trained = {id(v) for v in getattr(self, "_trainable_variables", ())}
+    names = sorted(
+      layer.name
+      for layer in gc.get_objects()
+      if issubclass(type(layer), keras.layers.BatchNormalization)
+      and layer.trainable
+      and any(id(w) in trained for w in layer.trainable_weights)
+    )
+    if names:
+      logging.warning(
+        "LearnedOptimizer trains BatchNormalization layers (%s) whose moving statistics lag "
+        "behind the learned steps, so inference with them is off; re-estimate them after "
+        "training: model.fit(..., callbacks=[batch_norm.ReestimateBatchNorm(x_train, "
+        "batch_size=...)]) or batch_norm.reestimate(model, x_train) "
+        "(task_specific_learned_opt.keras.batch_norm, docs/keras.md).",
+        ", ".join(names),
+      )
 
   def get_config(self) -> dict:
     """The config: Keras's options, theta as nested lists and the MLPLOpt options.
