@@ -110,8 +110,8 @@ def parse_bindings(text: str) -> dict[str, Any]:
 
 
 def _references(value: Any) -> list[str]:
-  """The configurables a binding's value references: "@paper_cnn()" -> ["paper_cnn"]."""
-  return re.findall(r"@([\w./]+)\(\)", value) if isinstance(value, str) else []
+  """The configurables a binding's value references: "@paper_cnn()", "@f" -> ["paper_cnn", "f"]."""
+  return re.findall(r"@([\w./]+)", value) if isinstance(value, str) else []
 
 
 def family_of(bindings: Mapping) -> dict:
@@ -139,15 +139,17 @@ def family_of(bindings: Mapping) -> dict:
         continue
       name = key.rsplit(".", 1)[1]
       inner = _references(value)
-      if inner and depth < 3:
+      if inner and depth < 3 and f"@{inner[0]}()" in value:
         arguments.append(f"{name}={described(inner[0], depth + 1)}")
+      elif inner:
+        arguments.append(f"{name}={inner[0]}")
       elif name in ("batch_norm", "channels", "strides", "batch_size", "num_classes_per_task"):
         arguments.append(f"{name}={value!r}")
     return f"{selector}({', '.join(arguments)})"
 
   name = roots[0] if roots else None
   parts = [
-    described(inner, 1)
+    described(inner, 1) if f"@{inner}()" in value else inner
     for key, value in found.items()
     if key.rsplit(".", 1)[0] == name
     for inner in _references(value)
