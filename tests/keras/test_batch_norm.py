@@ -17,7 +17,6 @@ from task_specific_learned_opt.keras import optimizer as keras_optimizer
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 BATCH = 32
-THETA = "pretrained/generated_bn_cnn_valid/theta"
 
 
 def digits():
@@ -67,7 +66,9 @@ def batch_statistics_loss(model, x, y):
 def fit_with_shipped_theta(callbacks, steps=500):
   x_train, y_train, x_test, y_test = digits()
   model = bn_cnn()
-  model.compile(optimizer=keras_optimizer.LearnedOptimizer.from_directory(THETA), loss=LOSS)
+  model.compile(
+    optimizer=keras_optimizer.LearnedOptimizer.from_pretrained("bn_cnn_valid"), loss=LOSS
+  )
   data = tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(1400, seed=0).repeat()
   model.fit(
     data.batch(BATCH),
@@ -131,7 +132,7 @@ def test_the_callback_reestimates_at_the_end_and_optionally_before_each_validati
 
 def test_no_warning_for_a_model_without_batch_norm(caplog):
   model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-  optimizer = keras_optimizer.LearnedOptimizer.from_directory(THETA)
+  optimizer = keras_optimizer.LearnedOptimizer.from_pretrained("bn_cnn_valid")
   model.compile(optimizer=optimizer, loss=LOSS)
   with caplog.at_level(logging.WARNING):
     model.fit(np.zeros((8, 4), np.float32), np.zeros(8, np.int32), batch_size=4, verbose=0)
