@@ -285,12 +285,16 @@ def results_from(path: str, label: str, scope: str) -> dict:
 
 
 def read_card(theta_dir: str) -> dict | None:
-  """The card of the export in `theta_dir` (its card.json, or its parent's); None if it has none.
+  """The card of the export in `theta_dir`; None if it has none.
+
+  The card beside the export (pretrained/<name>/card.json, with the results) comes before the
+  one an outer-training run wrote into it at export (<train_dir>/theta/card.json), which a
+  shipped theta copied from a train dir may still carry.
 
   Args:
     theta_dir: a theta export.
   """
-  for directory in (theta_dir, os.path.dirname(os.path.normpath(theta_dir))):
+  for directory in (os.path.dirname(os.path.normpath(theta_dir)), theta_dir):
     path = os.path.join(directory, CARD_FILENAME)
     if os.path.exists(path):
       with open(path) as f:

@@ -117,14 +117,20 @@ def test_an_unknown_name_is_refused_with_the_valid_names():
   assert "cnn_valid_typo" in message and "bn_cnn_train" in message and "bn_cnn_valid" in message
 
 
-@pytest.mark.parametrize("directory", sorted(SHIPPED.values()))
+@pytest.mark.parametrize("directory", sorted(cards.pretrained_names().values()))
 def test_the_committed_card_and_readme_are_those_the_committed_files_give(directory):
   path = os.path.join(PRETRAINED, directory)
   card = cards.pretrained_card(path)
+  assert os.path.exists(os.path.join(path, cards.CARD_FILENAME)), f"run bin/write_cards: {path}"
   assert json.load(open(os.path.join(path, cards.CARD_FILENAME))) == json.loads(json.dumps(card))
   readme = open(os.path.join(path, cards.README_FILENAME)).read()
   assert cards.render_markdown(card) in readme
-  # Its numbers are the evaluation files': e.g. the Fig. 6 comparison with tuned Adam.
+
+
+@pytest.mark.parametrize("directory", sorted(SHIPPED.values()))
+def test_a_shipped_cards_numbers_are_those_of_its_evaluation_files(directory):
+  card = cards.pretrained_card(os.path.join(PRETRAINED, directory))
+  # E.g. the Fig. 6 comparison with tuned Adam.
   fig6 = json.load(open(os.path.join(PRETRAINED, "fig6", "evaluation", "summary.json")))
   label = "L_valid" if directory.endswith("valid") else "L_train"
   expected = next(
@@ -141,6 +147,10 @@ def test_the_committed_card_and_readme_are_those_the_committed_files_give(direct
   assert card["horizon"] == 500 and card["objective"] == label[2:]
 
 
-def test_every_directory_with_a_theta_has_a_card():
-  for directory in cards.pretrained_names().values():
-    assert os.path.exists(os.path.join(PRETRAINED, directory, cards.CARD_FILENAME)), directory
+def test_the_card_beside_a_shipped_theta_comes_before_the_one_written_at_export(tmp_path):
+  lopt = mlp_lopt.MLPLOpt()
+  export_card = {"name": "run", "summary": "at export", "options": {}}
+  checkpoints.save_theta(str(tmp_path / "theta"), lopt.init(0), card=export_card)
+  assert cards.read_card(str(tmp_path / "theta"))["summary"] == "at export"
+  cards.write_card(str(tmp_path), {"name": "shipped", "summary": "with results", "options": {}})
+  assert cards.read_card(str(tmp_path / "theta"))["summary"] == "with results"
