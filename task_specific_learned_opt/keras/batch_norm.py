@@ -61,10 +61,15 @@ def has_batch_norm(model: Any) -> bool:
 
 
 def _batches(data: Any, batch_size: int) -> Iterable:
-  """The inputs of each batch of `data`: an array (or tensor), a tf.data.Dataset or an iterable."""
+  """The inputs of each batch of `data`: an array (or tensor), a tf.data.Dataset or an iterable.
+
+  An array is cut into full batches (a last, smaller one is left out: its statistics are those
+  of another batch size), or is one batch if it is smaller than one.
+  """
   if isinstance(data, (np.ndarray, tf.Tensor)) or keras.ops.is_tensor(data):
     n = int(data.shape[0])
-    return (data[i : i + batch_size] for i in range(0, n, batch_size))
+    starts = range(0, n - batch_size + 1, batch_size) if n >= batch_size else [0]
+    return (data[i : i + batch_size] for i in starts)
   return iter(data)
 
 
