@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 import gin
 import tensorflow as tf
 
-from task_specific_learned_opt import errors, files, nests
+from task_specific_learned_opt import cards, errors, files, nests
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 
 CHECKPOINT_DIRNAME = "checkpoints"
@@ -48,7 +48,9 @@ class ThetaMismatchError(errors.UserError, ValueError):
   """An exported theta whose shapes do not match the learned optimizer it is loaded into."""
 
 
-def save_theta(directory: str, theta: nests.Theta, info: dict | None = None) -> str:
+def save_theta(
+  directory: str, theta: nests.Theta, info: dict | None = None, card: dict | None = None
+) -> str:
   """Writes `theta` (a nest of tensors or variables) to `directory`; returns the checkpoint path.
 
   A folder that holds only an export (or nothing) gets the new one whole, written under a
@@ -60,17 +62,19 @@ def save_theta(directory: str, theta: nests.Theta, info: dict | None = None) -> 
     directory: the export folder (created if needed); an earlier export there is replaced.
     theta: the meta-parameters.
     info: JSON-serialisable facts stored beside it (outer step, optimizer config, ...).
+    card: its card (cards.py: family, objective, horizon, steps, options), written as
+      card.json in the export.
   """
   directory = directory.rstrip("/") or "/"
   partial, old = f"{directory}.partial", f"{directory}.old"
   if not os.path.exists(directory) and os.path.exists(old):
     os.replace(old, directory)  # A swap cut short: the earlier export is the one there is.
   if not _holds_only_an_export(directory):
-    return _write_theta(directory, theta, info)
+    return _write_theta(directory, theta, info, card)
   shutil.rmtree(partial, ignore_errors=True)
   shutil.rmtree(old, ignore_errors=True)
   try:
-    _write_theta(partial, theta, info)
+    _write_theta(partial, theta, info, card)
   except BaseException:
     shutil.rmtree(partial, ignore_errors=True)
     raise
@@ -85,18 +89,22 @@ def _holds_only_an_export(directory: str) -> bool:
   if not os.path.isdir(directory):
     return True
   return all(
-    name == THETA_INFO_FILENAME or name.startswith(f"{THETA_PREFIX}.")
+    name in (THETA_INFO_FILENAME, cards.CARD_FILENAME) or name.startswith(f"{THETA_PREFIX}.")
     for name in os.listdir(directory)
   )
 
 
-def _write_theta(directory: str, theta: nests.Theta, info: dict | None) -> str:
+def _write_theta(
+  directory: str, theta: nests.Theta, info: dict | None, card: dict | None = None
+) -> str:
   tf.io.gfile.makedirs(directory)
   variables = tf.nest.map_structure(lambda x: tf.Variable(x, trainable=False), theta)
   path = tf.train.Checkpoint(theta=variables).write(os.path.join(directory, THETA_PREFIX))
   shapes = tf.nest.map_structure(lambda x: list(x.shape), theta)
   info_path = os.path.join(directory, THETA_INFO_FILENAME)
   files.write_json(info_path, {"shapes": shapes, **(info or {})}, indent=2, sort_keys=True)
+  if card is not None:
+    cards.write_card(directory, card)
   return path
 
 
@@ -226,9 +234,12 @@ def load_theta(
       directory is a train dir).
     ThetaMismatchError: the export's shapes differ from `lopt`'s (another architecture or
       feature set); the message names both.
+    cards.CardMismatchError: the export's card (card.json) names other options that change
+      the update (cards.PINNED_OPTIONS) than `lopt` has; the message names the first and the fix.
   """
   directory = find_theta_dir(directory)
   prefix = _export_prefix(directory)
+  cards.check_options(directory, lopt)
   check_theta_shapes(saved_theta_shapes(directory), lopt, f"The theta in {directory}", advice)
   template = lopt.init(0)
   variables = tf.nest.map_structure(lambda x: tf.Variable(tf.zeros_like(x)), template)

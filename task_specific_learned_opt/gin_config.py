@@ -4,10 +4,10 @@ Flags say where and how long; gin says what. Every binary imports `cli.common`, 
 `cli.configurables` (it registers every @gin.configurable of the package), and calls `parse`
 with its --gin_file and --gin_bindings: unknown names fail loudly (skip_unknown=False) with an
 error that names the problem (GinConfigError, an errors.UserError), and the config stays
-unlocked (finalize_config=False) so tests can clear it. `parse` drops gin's "Path not found" log
-line for an include it then finds in gin/. `init_spawned_process` gives a process started with
-multiprocessing's "spawn" its parent's gin registrations, config and threads: it imports the
-parent's modules by name.
+unlocked (finalize_config=False) so tests can clear it. `parse` drops gin's include lookup log
+lines ("system_path_file_exists:...", "Path not found") for an include it then finds in gin/.
+`init_spawned_process` gives a process started with multiprocessing's "spawn" its parent's gin
+registrations, config and threads: it imports the parent's modules by name.
 
 A user's own configurables (a Keras model function for tasks/keras_task.py) live in the user's
 modules: `import_modules` imports them (every binary's --import_module, a dotted name or a .py
@@ -191,16 +191,21 @@ def _import_hint(message: str) -> str:
 
 
 class _IncludeLookupFilter(logging.Filter):
-  """Drops gin's "Path not found" error for an include it goes on to find in gin/.
+  """Drops gin's include lookup lines for an include it goes on to find in gin/.
 
   Gin looks an include up under each search path in turn, and where a path does not exist it
-  also asks its Python-package reader, which logs that error before the next search path (gin/)
-  finds the file. A file found nowhere still fails, with GinConfigError.
+  also asks its Python-package reader (gin/resource_reader.py), which logs
+  "system_path_file_exists:<include>" at INFO and, where the include's folder is no package,
+  "Path not found" at ERROR, before the next search path (gin/) finds the file. A file found
+  nowhere still fails, with GinConfigError.
   """
 
   def filter(self, record: logging.LogRecord) -> bool:
-    """False for the package reader's "Path not found" record, True for every other."""
-    return not (record.module == "resource_reader" and str(record.msg).startswith("Path not found"))
+    """False for the package reader's lookup records, True for every other."""
+    return not (
+      record.module == "resource_reader"
+      and str(record.msg).startswith(("Path not found", "system_path_file_exists"))
+    )
 
 
 @gin.configurable

@@ -8,6 +8,7 @@ at a tiny size.
 
 import importlib.util
 import json
+import logging
 import math
 import os
 import sys
@@ -102,3 +103,21 @@ def test_the_example_runs_end_to_end(tmp_path, capsys):
   assert all(math.isfinite(v) for losses in results.values() for v in losses.values())
   output = capsys.readouterr().out
   assert "model.fit for 6 steps of batch 32" in output and "learned " in output
+
+
+@pytest.mark.integration
+def test_a_run_over_several_model_variants_logs_no_retracing_warnings(tmp_path, caplog):
+  # Each variant is another graph: the workers' and the evaluation's functions trace once per
+  # variant on purpose (tracing.py), which TensorFlow's detector would report page by page.
+  train_dir = str(tmp_path / "digits")
+  argv = ["train_local", f"--import_module={USER_MODULE}", f"--gin_file={GIN_FILE}"]
+  argv += [f"--train_dir={train_dir}", "--num_outer_steps=1"]
+  variants = 'KerasModelFamily.variations = {"width": [8, 12, 16], "depth": [1, 2]}'
+  bindings = [variants, "train_local.num_workers = 6", "outer_training.batch_size = 6"]
+  bindings += TINY[3:] + ["compare_with_tuned_baseline.num_tasks = 3"]
+  caplog.set_level(logging.INFO)
+  testing_utils.run_main("train_local", argv + [f"--gin_bindings={b}" for b in bindings])
+  assert os.path.exists(os.path.join(train_dir, local.EVAL_DIRNAME, "evaluation.json"))
+  messages = [r.getMessage() for r in caplog.records]  # TensorFlow's warnings reach the root.
+  assert not [m for m in messages if "retracing" in m]
+  assert not [m for m in messages if "system_path_file_exists" in m]

@@ -21,7 +21,7 @@ from typing import Any
 import tensorflow as tf
 from absl import logging
 
-from task_specific_learned_opt import checkpoints, files
+from task_specific_learned_opt import cards, checkpoints, files
 from task_specific_learned_opt.distributed import (
   checkpoint_state,
   chief_update,
@@ -128,6 +128,16 @@ class ChiefFiles:
       self._remove_partial_checkpoints()
       raise files.disk_error(e, self.train_dir, self.kept()) from e
 
+  def _card(self, info: dict) -> dict:
+    """The card of a theta exported now (cards.export_card): no results until evaluated."""
+    name = os.path.basename(os.path.normpath(self.train_dir))
+    card = cards.export_card(name, self.chief.lopt, info)
+    if card["family"]["name"] is None:  # A family passed in code rather than bound in gin.
+      family = type(self.setup.family).__name__
+      card["family"].update(name=family, description=family, short=family)
+      card["summary"] = cards.summary(card)
+    return card
+
   def snapshot(self, final: bool = False) -> str | None:
     """Keeps theta in theta_history/ if this step is due (or `final`); returns its directory.
 
@@ -150,7 +160,7 @@ class ChiefFiles:
     }
     try:
       with self._disk_checked():
-        checkpoints.save_theta(partial, self.chief.theta(), info=info)
+        checkpoints.save_theta(partial, self.chief.theta(), info=info, card=self._card(info))
         os.replace(partial, directory)
     except BaseException:
       shutil.rmtree(partial, ignore_errors=True)
@@ -191,7 +201,8 @@ class ChiefFiles:
         saved = self.manager.save(checkpoint_number=step)
         self._sync_checkpoint(saved)
         theta_dir = os.path.join(self.train_dir, checkpoints.THETA_DIRNAME)
-        checkpoints.save_theta(theta_dir, self.chief.theta(), info={"outer_step": step})
+        card = self._card({"outer_step": step, "inner_steps": self.inner_steps.total})
+        checkpoints.save_theta(theta_dir, self.chief.theta(), info={"outer_step": step}, card=card)
         files.sync(*glob.glob(os.path.join(theta_dir, "*")), theta_dir, self.train_dir)
         checkpoints.write_operative_config(self.train_dir)
         self.recorder.plot(self.title)

@@ -33,7 +33,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-from task_specific_learned_opt import nests, random_seeds
+from task_specific_learned_opt import nests, random_seeds, tracing
 from task_specific_learned_opt.distributed import base
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.optimizers import base as opt_base
@@ -199,6 +199,7 @@ class Worker:
             sigma,
           )
 
+        tracing.traces_per_variant(sample_fn)
         # Holding the family and lopt keeps their ids from being reused by other objects.
         _SAMPLE_FNS[key] = (sample_fn, self.family, lopt)
       return _SAMPLE_FNS[key][0]

@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from task_specific_learned_opt import inner_training, random_seeds
+from task_specific_learned_opt import inner_training, random_seeds, tracing
 from task_specific_learned_opt.evaluation import candidates as candidates_lib
 from task_specific_learned_opt.evaluation import protocol as protocol_lib
 from task_specific_learned_opt.evaluation import run_cache, wallclock
@@ -97,6 +97,8 @@ class _Compiled:
 
     self.init, self.run = init, run
     self.metrics = {split: metrics_fn(split) for split in ("train", "valid", "test")}
+    for function in (init, run, *self.metrics.values()):
+      tracing.traces_per_variant(function)
 
 
 _COMPILED = {}

@@ -2,7 +2,10 @@
 
   theta_dir = "runs/quickstart/theta"  # what bin/train_local exports (checkpoints.save_theta)
   model.compile(optimizer=LearnedOptimizer.from_directory(theta_dir), loss=..., metrics=[...])
-  model.fit(...)
+  model.fit(...)  # with callbacks=[batch_norm.ReestimateBatchNorm(x_train)] if it has batch norm
+
+A shipped theta loads by name: LearnedOptimizer.from_pretrained("bn_cnn_valid"); list_pretrained()
+lists them with the one-line summary of each one's card (cards.py).
 
 The update is MLPLOpt's own: `LearnedOptimizer` maps its Keras variables onto the state of
 `lopt.opt_fn(theta)` (an `MLPLOptState`: the parameters, their momenta, the step count) and calls
@@ -42,15 +45,17 @@ statistics). Under a strategy, Keras's per-variable path (`update_step`) calls t
 on one variable at a time; both compute the same function.
 """
 
+import gc
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
-from task_specific_learned_opt import checkpoints
-from task_specific_learned_opt.keras import lopt_options
+from task_specific_learned_opt import cards, checkpoints
+from task_specific_learned_opt.keras import batch_norm, lopt_options
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 
 KERAS_PACKAGE = "task_specific_learned_opt"
@@ -135,10 +140,13 @@ class LearnedOptimizer(keras.optimizers.Optimizer):
   ) -> "LearnedOptimizer":
     """The optimizer for the theta exported in `theta_dir` (checkpoints.save_theta).
 
+    Prints the one-line summary of the theta's card (cards.py), if it has one.
+
     Args:
       theta_dir: the export, e.g. "runs/quickstart/theta" (bin/train_local writes it to
         <train_dir>/theta).
-      lopt: the MLPLOpt it was trained for (or a dict of its options); None is `MLPLOpt()`.
+      lopt: the MLPLOpt it was trained for (or a dict of its options); None takes the options
+        on the theta's card (card.json), or is `MLPLOpt()` for a theta without one.
       **kwargs: the other arguments of LearnedOptimizer (learning_rate, weight_decay, ...).
 
     Returns:
@@ -147,12 +155,35 @@ class LearnedOptimizer(keras.optimizers.Optimizer):
     Raises:
       FileNotFoundError: no export in `theta_dir` (the message says where one is, if the
         directory is a train dir).
+      cards.CardMismatchError: `lopt` differs from the options on the theta's card; one line
+        naming the option and the fix.
       checkpoints.ThetaMismatchError: the export's shapes are not those `lopt` reads (another
         feature set, ablation or hidden size); one line naming both and the fix.
     """
+    card = cards.read_card(checkpoints.find_theta_dir(theta_dir))
+    if lopt is None and card and card.get("options"):
+      lopt = card["options"]
+    if card:
+      print(f"Theta card: {card['summary']}", flush=True)
     lopt = lopt_options.as_lopt(lopt)
     theta = checkpoints.load_theta(theta_dir, lopt, advice=lopt_options.advice)
     return cls(theta, lopt=lopt, **kwargs)
+
+  @classmethod
+  def from_pretrained(
+    cls, name: str, lopt: mlp_lopt.MLPLOpt | Mapping | None = None, **kwargs: Any
+  ) -> "LearnedOptimizer":
+    """The optimizer for a theta shipped in pretrained/, by short name (`list_pretrained`).
+
+    Args:
+      name: e.g. "bn_cnn_valid" (pretrained/generated_bn_cnn_valid) or the directory's name.
+      lopt: None (the options on its card), or options that must match them.
+      **kwargs: the other arguments of LearnedOptimizer (learning_rate, weight_decay, ...).
+
+    Raises:
+      cards.UnknownThetaError: no shipped theta of that name; the message lists the names.
+    """
+    return cls.from_directory(cards.pretrained_theta_dir(name), lopt=lopt, **kwargs)
 
   @property
   def lopt(self) -> mlp_lopt.MLPLOpt:
@@ -218,6 +249,9 @@ class LearnedOptimizer(keras.optimizers.Optimizer):
     self, grads: Sequence[Any], variables: Sequence[Any], learning_rate: Any
   ) -> None:
     """Maps the variables onto an MLPLOptState, applies opt_fn(theta)'s update, writes back."""
+    if not getattr(self, "_batch_norm_checked", False):
+      self._batch_norm_checked = True
+      self._warn_about_batch_norm()
     momenta = [self._momenta[self._get_variable_index(v)] for v in variables]
     params = [tf.cast(_read(v), tf.float32) for v in variables]
     state = mlp_lopt.MLPLOptState(
@@ -236,6 +270,34 @@ class LearnedOptimizer(keras.optimizers.Optimizer):
       # old + scale * (new - old), written so that scale = 1 gives exactly `new`.
       self.assign(variable, new - (1.0 - scale) * (new - old))
 
+  def _warn_about_batch_norm(self) -> None:
+    """One warning if it trains a BatchNormalization layer whose statistics nothing re-estimates.
+
+    Runs once, at the first update (in model.fit: when the train step is traced, after the
+    callbacks' on_train_begin). A batch_norm.ReestimateBatchNorm callback marks the optimizer it
+    re-estimates for; otherwise the BatchNormalization layers that own a trained variable are
+    looked up among the live objects (once per optimizer, about 0.2 s).
+    """
+    if getattr(self, batch_norm.REESTIMATED_ATTRIBUTE, False):
+      return
+    trained = {id(v) for v in getattr(self, "_trainable_variables", ())}
+    names = sorted(
+      layer.name
+      for layer in gc.get_objects()
+      if issubclass(type(layer), keras.layers.BatchNormalization)
+      and layer.trainable
+      and any(id(w) in trained for w in layer.trainable_weights)
+    )
+    if names:
+      logging.warning(
+        "LearnedOptimizer trains BatchNormalization layers (%s) whose moving statistics lag "
+        "behind the learned steps, so inference with them is off; re-estimate them after "
+        "training: model.fit(..., callbacks=[batch_norm.ReestimateBatchNorm(x_train, "
+        "batch_size=...)]) or batch_norm.reestimate(model, x_train) "
+        "(task_specific_learned_opt.keras.batch_norm, docs/keras.md).",
+        ", ".join(names),
+      )
+
   def get_config(self) -> dict:
     """The config: Keras's options, theta as nested lists and the MLPLOpt options.
 
@@ -253,6 +315,14 @@ class LearnedOptimizer(keras.optimizers.Optimizer):
       }
     )
     return config
+
+
+def list_pretrained() -> dict[str, str]:
+  """{short name: the one-line summary of its card} of every theta shipped in pretrained/.
+
+  Each name loads with `LearnedOptimizer.from_pretrained(name)`.
+  """
+  return cards.list_pretrained()
 
 
 def _read(variable: Any) -> tf.Tensor:
