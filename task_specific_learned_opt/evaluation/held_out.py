@@ -83,11 +83,13 @@ def run_evaluation(
   _check_histograms(histograms, learned_names, candidates, tuned_baselines)
   cache = run_cache.RunCache(output_dir, protocol, runs_from, replace_other_runs)
   evaluation = running.evaluate_candidates(protocol, candidates, cache)
-  results, rates, objectives = tuning.tune_each_kind(
+  results, rates, objectives, hparams = tuning.tune_each_kind(
     protocol, tuned_baselines, learning_rates, cache
   )
   evaluation["results"].update(results)
   evaluation["tuned_learning_rates"] = rates
+  if hparams:
+    evaluation["tuned_hparams"] = hparams
   if timing_rounds > 0:
     evaluation["timed_steps_per_second"] = _timed_speeds(
       protocol, candidates, tuned_baselines, rates, timing_rounds
@@ -121,7 +123,9 @@ def _timed_speeds(
     chosen = np.asarray(rates[tuning.tuned_name(kind, "train")])
     values, counts = np.unique(chosen, return_counts=True)
     timed.append(
-      candidates_lib.baseline(kind, kind, learning_rate=float(values[np.argmax(counts)]))
+      candidates_lib.baseline(
+        kind, tuning.base_kind(kind), learning_rate=float(values[np.argmax(counts)])
+      )
     )
   speeds = running.time_candidates(protocol, timed, repetitions)
   for kind in tuned_baselines:
@@ -201,7 +205,8 @@ def evaluate(
     lopt: the learned optimizer the thetas belong to.
     optimizers: {name: hand-designed optimizer with fixed hyper-parameters}.
     tuned_baselines: BASELINES kinds whose learning rate is tuned per task on `learning_rates`,
-      once on training loss and once on validation loss.
+      once on training loss and once on validation loss; "adam_refined": Adam's learning rate,
+      beta1 and epsilon refined per task from the grid's best (tuning.tune_refined_per_task).
     learning_rates: the grid (Sec. 4.4: 11 values log-spaced from 1e-4 to 10).
     num_tasks: held-out tasks (Fig. 6c: 100).
     num_inits: inner initialisations per task (5).

@@ -217,6 +217,7 @@ def summarize(evaluation: dict, title: str, comparisons: Sequence[dict] = ()) ->
       "steps_per_second": float(np.nanmedian(r["steps_per_second"])),
     }
   keys = ("steps", "average_steps", "panels", "panel_baselines", "tuned_learning_rates")
+  keys += ("tuned_hparams",)
   summary = {"title": title, **{k: evaluation[k] for k in keys if k in evaluation}}
   if "timed_steps_per_second" in evaluation:
     summary["timed_steps_per_second"] = evaluation["timed_steps_per_second"]

@@ -186,6 +186,7 @@ def evaluate_candidates(
   candidates: Sequence[candidates_lib.Candidate],
   cache: run_cache.RunCache | None = None,
   parallel_runs: int = 1,
+  tasks: Sequence[int] | None = None,
 ) -> dict:
   """Every candidate on the same tasks, inits and data of `protocol`.
 
@@ -200,6 +201,8 @@ def evaluate_candidates(
     parallel_runs: how many of a task's runs are made at once, each in a thread (gin:
       `evaluate_candidates.parallel_runs`). The same numbers for any value; the runs' own
       speeds then share the cores.
+    tasks: only these of the protocol's task indices (e.g. a search refined per task), with
+      their own seeds and cache entries; None: all of them.
 
   Returns:
     {"steps": every measured step, "average_steps": the evenly spaced ones, "results": {name:
@@ -207,7 +210,7 @@ def evaluate_candidates(
     mean_loss [num_tasks, num_inits] (the mean minibatch training loss of the run);
     mean_valid_loss and mean_test_loss [num_tasks, num_inits] (the mean over average_steps);
     final_test_loss [num_tasks, num_inits] (the test loss at the last step);
-    steps_per_second [num_tasks, num_inits].
+    steps_per_second [num_tasks, num_inits]. With `tasks`, len(tasks) rows instead of num_tasks.
 
   Raises:
     ValueError: `parallel_runs` is below 1.
@@ -219,7 +222,8 @@ def evaluate_candidates(
   where = np.searchsorted(points, averaged)
   digests = {c.name: run_cache.digest(c.values) for c in candidates}
   results = {c.name: {} for c in candidates}
-  progress = _Progress(protocol.num_tasks * protocol.num_inits * len(candidates))
+  task_indices = range(protocol.num_tasks) if tasks is None else [int(t) for t in tasks]
+  progress = _Progress(len(task_indices) * protocol.num_inits * len(candidates))
 
   def run(task: task_base.Task, t: int, r: int, c: candidates_lib.Candidate) -> dict:
     made = evaluate_run(
@@ -259,7 +263,7 @@ def evaluate_candidates(
   window = collections.deque()
   task, task_index = None, None
   try:
-    for t in range(protocol.num_tasks):
+    for t in task_indices:
       for r in range(protocol.num_inits):
         for c in candidates:
           cached = cache.get(c.name, digests[c.name], t, r) if cache is not None else None
@@ -277,7 +281,7 @@ def evaluate_candidates(
   finally:
     if pool:
       pool.shutdown(cancel_futures=True)
-  shape = [protocol.num_tasks, protocol.num_inits]
+  shape = [len(task_indices), protocol.num_inits]
   for name in results:
     results[name] = {
       k: np.reshape(np.asarray(v), shape + list(np.shape(v[0]))) for k, v in results[name].items()

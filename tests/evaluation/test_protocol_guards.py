@@ -23,6 +23,7 @@ from task_specific_learned_opt.distributed import evaluator_role
 from task_specific_learned_opt.evaluation import (
   baseline_search,
   held_out,
+  ledger,
   protocol,
   running,
   wallclock,
@@ -183,3 +184,85 @@ def test_every_shipped_theta_has_its_choice_guarded():
     n for n in os.listdir(PRETRAINED) if os.path.isdir(os.path.join(PRETRAINED, n, "theta"))
   ]
   assert len(shipped) >= 2 and set(shipped) <= set(SHIPPED)
+
+
+# The ledger (pretrained/ledger.json): every choice, monitoring and reported evaluation, its tasks
+# materialised from its gin file (evaluation/ledger.py).
+
+
+@pytest.fixture(scope="module")
+def audited():
+  return ledger.audit(ledger.read())
+
+
+def test_the_ledger_lists_every_held_out_evaluation_and_search_guarded_here():
+  entries = ledger.read()
+  gins = {e["gin"] for role in ledger.ROLES for e in entries[role]}
+  run_here = [n for n in _random_searches() if "pretrained" in n or "paper_family" in n]
+  assert len(run_here) == 4  # The paper-scale searches (gin/paper/*) have not been run.
+  for name in [*HELD_OUT, *run_here, *(v for v, _ in SHIPPED.values())]:
+    assert f"gin/{name}" in gins, f"gin/{name} is not in pretrained/ledger.json"
+  for name in os.listdir(os.path.join(GIN, "eval", "out_of_family")):
+    assert f"gin/eval/out_of_family/{name}" in gins
+
+
+def test_the_reported_evaluations_share_with_choices_exactly_the_known_violations(audited):
+  found = ledger.keys(audited["violations"])
+  listed = ledger.keys(ledger.read()["known_violations"])
+  assert not found - listed, f"new: a reported evaluation uses a choice's tasks: {found - listed}"
+  assert not listed - found, f"no longer found; update known_violations: {listed - found}"
+  assert all(v["reason"] for v in ledger.read()["known_violations"])
+
+
+def test_the_paper_family_evaluation_shares_nothing_with_any_choice(audited):
+  usages = audited["usages"]
+  paper = usages["paper family"]
+  assert paper.family == usages["paper-family L_train snapshot"].family
+  assert paper.seed == 3 and len(paper.tasks) == 10
+  choices = [usages[c["name"]] for c in ledger.read()["choices"]]
+  assert sum(c.family == paper.family for c in choices) == 4
+  for choice in choices:
+    assert not ledger.shared(paper, choice), choice.name
+  # On the other family the same seed's classes would count: families are kept apart on purpose.
+  assert paper.data == usages["App. H weight decay"].data
+
+
+def test_the_recorded_monitoring_overlaps_are_the_materialised_ones(audited):
+  assert audited["monitoring_overlaps"] == ledger.read()["monitoring_overlaps"]
+  fig6 = {o["monitoring"]: o for o in audited["monitoring_overlaps"] if o["evaluation"] == "Fig. 6"}
+  assert fig6["bn L_train outer-test"]["classes"] == 23
+  assert fig6["bn L_train outer-test"]["of_monitored_classes"] == 38
+  assert fig6["bn L_train outer-test"]["tasks"] == 15
+  assert not any(o["same_task"] for o in audited["monitoring_overlaps"])
+
+
+def test_monitoring_chooses_nothing():  # The snapshots are chosen on outer-train tasks only.
+  entries = ledger.read()
+  assert {c["tasks_of"] for c in entries["choices"]} >= {"evaluator_outer_train"}
+  assert all(c["tasks_of"] != "evaluator_outer_test" for c in entries["choices"])
+  assert all(m["tasks_of"] == "evaluator_outer_test" for m in entries["monitoring"])
+
+
+def test_the_ledgers_tasks_are_those_the_shipped_runs_ran_with(audited):
+  for entry in [e for role in ledger.ROLES for e in ledger.read()[role]]:
+    if "operative_config" in entry:
+      ran = ledger.materialise({**entry, "gin": entry["operative_config"], "bindings": []})
+      assert ran.tasks == audited["usages"][entry["name"]].tasks, entry["name"]
+
+
+def test_the_ledger_doc_is_rendered_from_the_ledger(audited):
+  with open(ledger.DOC_PATH) as f:
+    assert f.read() == ledger.render(ledger.read(), audited)
+
+
+def test_the_rule_finds_a_shared_task_seed_and_classes():
+  def usage(name, split, seed, tasks, family="f"):
+    return ledger.Usage(name, family, "data", split, seed, tuple(map(frozenset, tasks)))
+
+  choice = usage("choice", "outer_test", 1, [{1, 2}, {3, 4}])
+  assert ledger.shared(usage("e", "outer_test", 1, [{1, 2}]), choice) == ["seed", "task", "classes"]
+  assert ledger.shared(usage("e", "outer_test", 2, [{2, 5}]), choice) == ["classes"]
+  assert ledger.shared(usage("e", "outer_test", 2, [{5, 6}]), choice) == []
+  assert ledger.shared(usage("e", "outer_test", 1, [{1, 2}], family="g"), choice) == []
+  overlap = ledger.monitoring_overlap(usage("e", "outer_test", 2, [{2, 5}, {6, 7}]), choice)
+  assert (overlap["classes"], overlap["tasks"], overlap["same_task"]) == (1, 1, False)
