@@ -44,6 +44,45 @@ def define_train_dir_flags(default_train_dir: str) -> None:
   )
 
 
+DEVICES = ("auto", "cpu", "gpu")
+
+
+class DeviceError(errors.UserError):
+  """--device asks for a device this machine does not have."""
+
+
+def define_device_flag() -> None:
+  """Defines --device (bin/train_local, bin/worker): where the inner and outer computations run."""
+  flags.DEFINE_enum(
+    "device",
+    "auto",
+    DEVICES,
+    "cpu: the CPU only, with any GPU hidden from TensorFlow; gpu: TensorFlow's first GPU, and an "
+    "error if it sees none; auto: TensorFlow's own placement (a GPU where it sees one).",
+  )
+
+
+def use_device(device: str) -> None:
+  """Makes TensorFlow run this process on `device` (one of DEVICES); call before any op runs.
+
+  Raises:
+    DeviceError: "gpu" on a machine where TensorFlow sees no GPU; the message says what to check.
+  """
+  gpus = tf.config.list_physical_devices("GPU")
+  if device == "cpu":
+    tf.config.set_visible_devices([], "GPU")
+  elif device == "gpu" and not gpus:
+    raise DeviceError(
+      "--device gpu: TensorFlow sees no GPU on this machine (tf.config.list_physical_devices"
+      "('GPU') is empty). Install a CUDA build (pip install 'tensorflow[and-cuda]'), check "
+      "nvidia-smi and CUDA_VISIBLE_DEVICES, or pass --device cpu."
+    )
+  elif device == "gpu":
+    tf.config.set_visible_devices(gpus[:1], "GPU")
+  elif device != "auto":
+    raise DeviceError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}.")
+
+
 def define_cluster_flags() -> None:
   """Defines the flags bin/chief and bin/worker share."""
   flags.DEFINE_string(
