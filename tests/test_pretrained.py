@@ -30,6 +30,12 @@ PINNED = {
     "output/w": "95608621b5de456e",  # [32, 2]
     "output/b": "1ae577ac4ec6cb4e",  # [2]
   },
+  "generated_cnn_train": {
+    "hidden/w": "d0514e1839ec5493",  # [16, 32]
+    "hidden/b": "584a6599de63d5c2",  # [32]
+    "output/w": "1182d7ec338a710e",  # [32, 2]
+    "output/b": "bd426790c26539b2",  # [2]
+  },
   "generated_bn_cnn_valid": {
     "hidden/w": "f2743d0cee75f4a0",  # [16, 32]
     "hidden/b": "7a5934639f26cf7e",  # [32]
