@@ -36,6 +36,12 @@ PINNED = {
     "output/w": "1182d7ec338a710e",  # [32, 2]
     "output/b": "bd426790c26539b2",  # [2]
   },
+  "generated_cnn_valid": {
+    "hidden/w": "931402749a5581b5",  # [16, 32]
+    "hidden/b": "2d8895cf7061fec5",  # [32]
+    "output/w": "3680de06ac975e06",  # [32, 2]
+    "output/b": "644f75968a960224",  # [2]
+  },
   "generated_bn_cnn_valid": {
     "hidden/w": "f2743d0cee75f4a0",  # [16, 32]
     "hidden/b": "7a5934639f26cf7e",  # [32]
