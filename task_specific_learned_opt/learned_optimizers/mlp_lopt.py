@@ -37,7 +37,7 @@ from typing import NamedTuple
 import gin
 import tensorflow as tf
 
-from task_specific_learned_opt import nests, random_seeds
+from task_specific_learned_opt import gin_config, nests, random_seeds
 from task_specific_learned_opt.learned_optimizers import base, fast_update, features, mlp_options
 from task_specific_learned_opt.optimizers import base as opt_base
 
@@ -276,6 +276,7 @@ class MLPLOpt(base.LearnedOptimizer):
 
   name = "mlp_lopt"
 
+  @gin_config.takes_fields_of(mlp_options.MLPLOptOptions)
   def __init__(self, **options: object) -> None:
     """Makes the learned optimizer.
 
@@ -287,8 +288,6 @@ class MLPLOpt(base.LearnedOptimizer):
       ValueError: an option value MLPLOptOptions refuses.
     """
     self.options = mlp_options.MLPLOptOptions(**options)
-
-  __init__.__signature__ = mlp_options.constructor_signature()  # What gin checks bindings against.
 
   def __getattr__(self, name: str) -> object:
     if name in mlp_options.NAMES:

@@ -2,16 +2,15 @@
 
 `MLPLOptOptions` is the record of every option of `mlp_lopt.MLPLOpt`: its fields, their defaults
 and what they mean. The rest is read from it:
-  - `MLPLOpt(**options)` takes exactly these fields as keywords (`constructor_signature` gives it
-    their signature, so gin checks bindings such as `MLPLOpt.hidden_size = 32` against them) and
-    keeps the record as `lopt.options`;
+  - `MLPLOpt(**options)` takes exactly these fields as keywords (gin_config.takes_fields_of gives
+    it their signature, so gin checks bindings such as `MLPLOpt.hidden_size = 32` against them)
+    and keeps the record as `lopt.options`;
   - fast_update.py's kernel reads the record itself;
   - a Keras `LearnedOptimizer` stores `as_dict(options)` in its config (keras/lopt_options.py);
   - a shipped theta's card pins a subset of the names (cards.PINNED_OPTIONS).
 """
 
 import dataclasses
-import inspect
 from collections.abc import Sequence
 
 from task_specific_learned_opt.learned_optimizers import features
@@ -142,18 +141,3 @@ def describe(options: MLPLOptOptions) -> str:
   default, values = as_dict(MLPLOptOptions()), as_dict(options)
   changed = [f"{k}={v!r}" for k, v in values.items() if v != default[k] and k != "time_scales"]
   return f"MLPLOpt({', '.join(changed)})"
-
-
-def constructor_signature() -> inspect.Signature:
-  """`__init__(self, *, <every field with its default and type>)`: the signature MLPLOpt shows.
-
-  Returns:
-    The signature gin and inspect read for a constructor that takes the options as keywords.
-  """
-  keyword = inspect.Parameter.KEYWORD_ONLY
-  fields = [
-    inspect.Parameter(field.name, keyword, default=field.default, annotation=field.type)
-    for field in dataclasses.fields(MLPLOptOptions)
-  ]
-  self = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-  return inspect.Signature([self, *fields])
