@@ -21,6 +21,7 @@ import glob
 import json
 import os
 import re
+import sys
 import tempfile
 import time
 
@@ -29,7 +30,11 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from task_specific_learned_opt import checkpoints, files
-from task_specific_learned_opt.distributed import hosts, progress
+from task_specific_learned_opt.distributed import progress
+
+# The test rigs (harness/) sit at the repository root, outside the installed package.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import hosts  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("duration_secs", 300, "How long faults are injected.")

@@ -22,8 +22,9 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
+from harness import netns
 from task_specific_learned_opt import checkpoints
-from task_specific_learned_opt.distributed import chief_update, launch, netns, progress
+from task_specific_learned_opt.distributed import chief_update, launch, progress
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 
