@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from task_specific_learned_opt import checkpoints, files
+from task_specific_learned_opt import files, layout
 from task_specific_learned_opt.distributed import progress
 
 # The test rigs (harness/) sit at the repository root, outside the installed package.
@@ -74,7 +74,7 @@ def _watch(cluster: hosts.HostCluster, until: float, timeline: dict, pending: li
 
 
 def _latest_checkpoint_step(train_dir: str) -> int | None:
-  path = tf.train.latest_checkpoint(os.path.join(train_dir, checkpoints.CHECKPOINT_DIRNAME))
+  path = tf.train.latest_checkpoint(layout.checkpoint_dir(train_dir))
   return None if path is None else int(path.rsplit("-", 1)[1])
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import gin
 
-from task_specific_learned_opt import errors, files
+from task_specific_learned_opt import errors, files, layout
 from task_specific_learned_opt.learned_optimizers import mlp_options
 
 CARD_FILENAME = "card.json"
@@ -45,7 +45,6 @@ CARD_FILENAME = "card.json"
 SOURCES_FILENAME = "card_sources.json"
 README_FILENAME = "README.md"
 PRETRAINED_DIRNAME = "pretrained"
-THETA_DIRNAME = "theta"
 # The options a loaded theta need not have as on its card: the theta's initialisation
 # (output_init_scale, momentum_init), the kernel ("fast" and "reference" compute the same update)
 # and changes made on purpose when applying a theta past its horizon (time_max_step, weight_decay,
@@ -400,7 +399,7 @@ def pretrained_names() -> dict[str, str]:
   root = pretrained_root()
   names = {}
   for name in sorted(os.listdir(root)):
-    if os.path.isdir(os.path.join(root, name, THETA_DIRNAME)):
+    if os.path.isdir(os.path.join(root, name, layout.THETA_DIRNAME)):
       names[name.removeprefix("generated_")] = name
   return names
 
@@ -418,14 +417,14 @@ def pretrained_theta_dir(name: str) -> str:
       f"No shipped theta named {name!r}; the shipped thetas are {', '.join(names)} "
       f"(directories {PRETRAINED_DIRNAME}/{', '.join(names.values())})."
     )
-  return os.path.join(pretrained_root(), directory, THETA_DIRNAME)
+  return os.path.join(pretrained_root(), directory, layout.THETA_DIRNAME)
 
 
 def list_pretrained() -> dict[str, str]:
   """{short name: its card's one-line summary} of every shipped theta."""
   listed = {}
   for short, directory in pretrained_names().items():
-    card = read_card(os.path.join(pretrained_root(), directory, THETA_DIRNAME))
+    card = read_card(os.path.join(pretrained_root(), directory, layout.THETA_DIRNAME))
     listed[short] = card["summary"] if card else f"{directory}: no card"
   return listed
 
@@ -439,8 +438,8 @@ def pretrained_card(directory: str) -> dict:
   directory = os.path.join(files.PROJECT_ROOT, directory)
   name = os.path.basename(os.path.normpath(directory))
   relative = os.path.relpath(directory, files.PROJECT_ROOT)
-  config_path = os.path.join(directory, "operative_config.gin")
-  info_path = os.path.join(directory, THETA_DIRNAME, "theta_info.json")
+  config_path = os.path.join(directory, layout.OPERATIVE_CONFIG_FILENAME)
+  info_path = os.path.join(directory, layout.THETA_DIRNAME, layout.THETA_INFO_FILENAME)
   with open(config_path) as f:
     bindings = parse_bindings(f.read())
   with open(info_path) as f:
@@ -460,8 +459,10 @@ def pretrained_card(directory: str) -> dict:
         results_from(os.path.relpath(path, files.PROJECT_ROOT), entry["label"], entry["scope"])
       )
   sources = {
-    "family, objective, horizon, options": os.path.join(relative, "operative_config.gin"),
-    "outer_steps, inner_steps": os.path.join(relative, THETA_DIRNAME, "theta_info.json"),
+    "family, objective, horizon, options": os.path.join(relative, layout.OPERATIVE_CONFIG_FILENAME),
+    "outer_steps, inner_steps": os.path.join(
+      relative, layout.THETA_DIRNAME, layout.THETA_INFO_FILENAME
+    ),
     "results": os.path.join(relative, SOURCES_FILENAME),
   }
   return make_card(name, bindings, options_from_bindings(bindings), info, results, sources)
