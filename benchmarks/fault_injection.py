@@ -21,6 +21,7 @@ import glob
 import json
 import os
 import re
+import sys
 import tempfile
 import time
 
@@ -28,8 +29,12 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from task_specific_learned_opt import checkpoints, files
-from task_specific_learned_opt.distributed import hosts, progress
+from task_specific_learned_opt import files, layout
+from task_specific_learned_opt.distributed import progress
+
+# The test rigs (harness/) sit at the repository root, outside the installed package.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import hosts  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("duration_secs", 300, "How long faults are injected.")
@@ -69,7 +74,7 @@ def _watch(cluster: hosts.HostCluster, until: float, timeline: dict, pending: li
 
 
 def _latest_checkpoint_step(train_dir: str) -> int | None:
-  path = tf.train.latest_checkpoint(os.path.join(train_dir, checkpoints.CHECKPOINT_DIRNAME))
+  path = tf.train.latest_checkpoint(layout.checkpoint_dir(train_dir))
   return None if path is None else int(path.rsplit("-", 1)[1])
 
 

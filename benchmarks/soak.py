@@ -3,7 +3,7 @@
   python benchmarks/soak.py --duration_secs 1800 --output benchmarks/results/soak.json
 
 A chief and --num_workers workers, each on its own host of a test network (network namespaces
-joined by a bridge, distributed/netns.py), outer-train quadratic tasks with the quickstart's
+joined by a bridge, harness/netns.py), outer-train quadratic tasks with the quickstart's
 machinery (a checkpoint every 10 s, the applied samples recorded); the chief's train dir is on a
 small tmpfs of its own. Every 15-45 s (seeded) one fault, drawn from:
 
@@ -36,7 +36,10 @@ import numpy as np
 from absl import app, flags, logging
 
 from task_specific_learned_opt import files
-from task_specific_learned_opt.distributed import hosts, netns
+
+# The test rigs (harness/) sit at the repository root, outside the installed package.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import hosts, netns  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("duration_secs", 1800, "How long faults are injected.")

@@ -4,9 +4,12 @@ Foundation modules (the package root):
   errors: UserError, the one base class of the mistakes a user can fix.
   files: the project root, JSON and JSON lines, atomic writes.
   nests: the type aliases of nests of tensors (Params, Theta, ...) and flattening.
-  random_seeds: explicit, stateless seeds.
-  checkpoints: the theta export and the operative config: names and I/O; the theta shape check.
-  plots: every PNG the project draws.
+  random_seeds: explicit, stateless seeds and their named streams.
+  layout: a train dir's layout, the name of every file and directory in it.
+  checkpoints: the theta export and the operative config: I/O; the theta shape check.
+  cards: each theta's card, and the shipped thetas by name.
+  tracing: functions traced once per task variant on purpose.
+  plots: the curves of outer training and evaluations (the figures draw their own).
   gin_config: gin parsing, thread settings, the gin config of a spawned process.
   inner_training: graph-mode inner training in one tf.while_loop (Sec. 2.1); the one train
     function (make_train_fn) of evaluation and the wall-clock benchmark.

@@ -3,8 +3,8 @@
 A theta export (checkpoints.save_theta) may carry `card.json` beside it:
 
   {"name", "summary": one line, "family": {"name", "description", "bindings"}, "objective":
-   "train" | "valid", "horizon", "outer_steps", "inner_steps", "options": the MLPLOpt constructor
-   options it needs (keras/lopt_options.py), "results": [...], "sources": {...}}
+   "train" | "valid", "horizon", "outer_steps", "inner_steps", "options": the MLPLOpt options it
+   needs (learned_optimizers/mlp_options.py), "results": [...], "sources": {...}}
 
 `checkpoints.load_theta` refuses a theta whose card's options differ from those of the learned
 optimizer it is loaded into (one line naming the option and the fix), and `LearnedOptimizer`
@@ -33,7 +33,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from task_specific_learned_opt import errors, files
+import gin
+
+from task_specific_learned_opt import errors, files, layout
+from task_specific_learned_opt.learned_optimizers import mlp_options
 
 CARD_FILENAME = "card.json"
 # pretrained/<name>/card_sources.json: {"evaluations": [{"file": a path (or glob) from the project
@@ -42,24 +45,20 @@ CARD_FILENAME = "card.json"
 SOURCES_FILENAME = "card_sources.json"
 README_FILENAME = "README.md"
 PRETRAINED_DIRNAME = "pretrained"
-THETA_DIRNAME = "theta"
-# The options a loaded theta must have as on its card: those that change what theta computes.
-# The others are the theta's initialisation (output_init_scale, momentum_init), the kernel ("fast"
-# and "reference" compute the same update) and changes made on purpose when applying a theta past
-# its horizon (time_max_step, weight_decay, weight_decay_start; docs/longer_unrolls.md).
-PINNED_OPTIONS = (
-  "hidden_size",
-  "decays",
-  "time_scales",
-  "feature_set",
-  "use_momentum",
-  "use_time",
-  "step_scale_lin",
-  "step_scale_exp",
-  "normalizer_epsilon",
-  "gate_growth",
-  "max_step_rms",
+# The options a loaded theta need not have as on its card: the theta's initialisation
+# (output_init_scale, momentum_init), the kernel ("fast" and "reference" compute the same update)
+# and changes made on purpose when applying a theta past its horizon (time_max_step, weight_decay,
+# weight_decay_start; docs/longer_unrolls.md).
+UNPINNED_OPTIONS = (
+  "implementation",
+  "time_max_step",
+  "weight_decay",
+  "weight_decay_start",
+  "output_init_scale",
+  "momentum_init",
 )
+# The options a loaded theta must have as on its card: every other one changes what theta computes.
+PINNED_OPTIONS = tuple(name for name in mlp_options.NAMES if name not in UNPINNED_OPTIONS)
 # The headline metric of a summary, by outer-training objective.
 HEADLINE_METRIC = {"train": "mean training loss", "valid": "final test loss"}
 # Defaults of the bindings a card reads, where the run's config leaves them unset (Worker's).
@@ -175,15 +174,12 @@ def options_from_bindings(bindings: Mapping) -> dict:
   Args:
     bindings: parse_bindings of the run's (operative) config.
   """
-  from task_specific_learned_opt.keras import lopt_options  # Imports checkpoints, which imports us.
-  from task_specific_learned_opt.learned_optimizers import mlp_lopt
-
   given = {
     key.split(".", 1)[1]: value
     for key, value in bindings.items()
-    if key.startswith("MLPLOpt.") and key.split(".", 1)[1] in lopt_options.LOPT_OPTIONS
+    if key.startswith("MLPLOpt.") and key.split(".", 1)[1] in mlp_options.NAMES
   }
-  return lopt_options.lopt_options(mlp_lopt.MLPLOpt(**given))
+  return mlp_options.as_dict(mlp_options.MLPLOptOptions(**given))
 
 
 # Cards.
@@ -376,15 +372,11 @@ def export_card(name: str, lopt: Any, info: Mapping) -> dict:
     lopt: the run's learned optimizer.
     info: what the export records (outer_step, inner_steps).
   """
-  import gin
-
-  from task_specific_learned_opt.keras import lopt_options
-  from task_specific_learned_opt.learned_optimizers import mlp_lopt
-
   bindings = parse_bindings(gin.operative_config_str())
   bindings.update(parse_bindings(gin.config_str()))  # Bound but not yet called: the workers'.
   # Another learned optimizer (LearnedHyperparameters) has no MLPLOpt options to pin.
-  options = lopt_options.lopt_options(lopt) if isinstance(lopt, mlp_lopt.MLPLOpt) else {}
+  options = getattr(lopt, "options", None)
+  options = mlp_options.as_dict(options) if isinstance(options, mlp_options.MLPLOptOptions) else {}
   card = make_card(name, bindings, options, info, results=[])
   card["learned_optimizer"] = type(lopt).__name__
   return card
@@ -407,7 +399,7 @@ def pretrained_names() -> dict[str, str]:
   root = pretrained_root()
   names = {}
   for name in sorted(os.listdir(root)):
-    if os.path.isdir(os.path.join(root, name, THETA_DIRNAME)):
+    if os.path.isdir(os.path.join(root, name, layout.THETA_DIRNAME)):
       names[name.removeprefix("generated_")] = name
   return names
 
@@ -425,14 +417,14 @@ def pretrained_theta_dir(name: str) -> str:
       f"No shipped theta named {name!r}; the shipped thetas are {', '.join(names)} "
       f"(directories {PRETRAINED_DIRNAME}/{', '.join(names.values())})."
     )
-  return os.path.join(pretrained_root(), directory, THETA_DIRNAME)
+  return os.path.join(pretrained_root(), directory, layout.THETA_DIRNAME)
 
 
 def list_pretrained() -> dict[str, str]:
   """{short name: its card's one-line summary} of every shipped theta."""
   listed = {}
   for short, directory in pretrained_names().items():
-    card = read_card(os.path.join(pretrained_root(), directory, THETA_DIRNAME))
+    card = read_card(os.path.join(pretrained_root(), directory, layout.THETA_DIRNAME))
     listed[short] = card["summary"] if card else f"{directory}: no card"
   return listed
 
@@ -446,8 +438,8 @@ def pretrained_card(directory: str) -> dict:
   directory = os.path.join(files.PROJECT_ROOT, directory)
   name = os.path.basename(os.path.normpath(directory))
   relative = os.path.relpath(directory, files.PROJECT_ROOT)
-  config_path = os.path.join(directory, "operative_config.gin")
-  info_path = os.path.join(directory, THETA_DIRNAME, "theta_info.json")
+  config_path = os.path.join(directory, layout.OPERATIVE_CONFIG_FILENAME)
+  info_path = os.path.join(directory, layout.THETA_DIRNAME, layout.THETA_INFO_FILENAME)
   with open(config_path) as f:
     bindings = parse_bindings(f.read())
   with open(info_path) as f:
@@ -467,8 +459,10 @@ def pretrained_card(directory: str) -> dict:
         results_from(os.path.relpath(path, files.PROJECT_ROOT), entry["label"], entry["scope"])
       )
   sources = {
-    "family, objective, horizon, options": os.path.join(relative, "operative_config.gin"),
-    "outer_steps, inner_steps": os.path.join(relative, THETA_DIRNAME, "theta_info.json"),
+    "family, objective, horizon, options": os.path.join(relative, layout.OPERATIVE_CONFIG_FILENAME),
+    "outer_steps, inner_steps": os.path.join(
+      relative, layout.THETA_DIRNAME, layout.THETA_INFO_FILENAME
+    ),
     "results": os.path.join(relative, SOURCES_FILENAME),
   }
   return make_card(name, bindings, options_from_bindings(bindings), info, results, sources)
@@ -518,10 +512,7 @@ def render_markdown(card: Mapping) -> str:
 
 def _describe_options(options: Mapping) -> str:
   """MLPLOpt(...) with the options that differ from the defaults."""
-  from task_specific_learned_opt.keras import lopt_options
-  from task_specific_learned_opt.learned_optimizers import mlp_lopt
-
-  return lopt_options.describe(mlp_lopt.MLPLOpt(**options))
+  return mlp_options.describe(mlp_options.MLPLOptOptions(**options))
 
 
 CARD_BEGIN = "<!-- card: generated by bin/write_cards; edits between these lines are lost -->"

@@ -1,10 +1,10 @@
 """What outer-training writes to disk, and how it is read back (the chief's two artifacts).
 
-Two artifacts in a train dir:
-  - CHECKPOINT_DIRNAME/: full outer-state checkpoints (theta, the outer optimizer's slots, the
-    outer step, schedule and RNG state), written by tf.train.CheckpointManager, to resume from;
-  - THETA_DIRNAME/: theta alone, for evaluation and benchmarking;
-  - OPERATIVE_CONFIG_FILENAME: the gin values the run used.
+Two artifacts in a train dir (their names are layout.py's):
+  - checkpoints/: full outer-state checkpoints (theta, the outer optimizer's slots, the outer
+    step, schedule and RNG state), written by tf.train.CheckpointManager, to resume from;
+  - theta/: theta alone, for evaluation and benchmarking;
+  - operative_config.gin: the gin values the run used.
 
 A theta export is a tf.train.Checkpoint whose `theta` is the nest of meta-parameters, plus a
 JSON file of facts about it (its shapes, the outer step, ...). Every reader of a theta, an export
@@ -19,14 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 import gin
 import tensorflow as tf
 
-from task_specific_learned_opt import cards, errors, files, nests
+from task_specific_learned_opt import cards, errors, files, layout, nests
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 
-CHECKPOINT_DIRNAME = "checkpoints"
-THETA_DIRNAME = "theta"
-THETA_PREFIX = "theta"
-THETA_INFO_FILENAME = "theta_info.json"
-OPERATIVE_CONFIG_FILENAME = "operative_config.gin"
 # How a theta export's checkpoint names the array at PATH: f"{_THETA_KEY}{PATH}/{_VALUE_KEY}".
 _THETA_KEY = "theta/"
 _VALUE_KEY = ".ATTRIBUTES/VARIABLE_VALUE"
@@ -38,7 +33,7 @@ Advice = Callable[[lopt_base.LearnedOptimizer, dict], tuple[str, str]]
 def write_operative_config(directory: str) -> str:
   """Writes gin's operative config (the values the run actually used) into `directory`."""
   tf.io.gfile.makedirs(directory)
-  path = os.path.join(directory, OPERATIVE_CONFIG_FILENAME)
+  path = os.path.join(directory, layout.OPERATIVE_CONFIG_FILENAME)
   with tf.io.gfile.GFile(path, "w") as f:
     f.write(gin.operative_config_str())
   return path
@@ -82,14 +77,15 @@ def save_theta(
     os.replace(directory, old)
   os.replace(partial, directory)
   shutil.rmtree(old, ignore_errors=True)
-  return os.path.join(directory, THETA_PREFIX)
+  return os.path.join(directory, layout.THETA_PREFIX)
 
 
 def _holds_only_an_export(directory: str) -> bool:
   if not os.path.isdir(directory):
     return True
   return all(
-    name in (THETA_INFO_FILENAME, cards.CARD_FILENAME) or name.startswith(f"{THETA_PREFIX}.")
+    name in (layout.THETA_INFO_FILENAME, cards.CARD_FILENAME)
+    or name.startswith(f"{layout.THETA_PREFIX}.")
     for name in os.listdir(directory)
   )
 
@@ -99,9 +95,9 @@ def _write_theta(
 ) -> str:
   tf.io.gfile.makedirs(directory)
   variables = tf.nest.map_structure(lambda x: tf.Variable(x, trainable=False), theta)
-  path = tf.train.Checkpoint(theta=variables).write(os.path.join(directory, THETA_PREFIX))
+  path = tf.train.Checkpoint(theta=variables).write(os.path.join(directory, layout.THETA_PREFIX))
   shapes = tf.nest.map_structure(lambda x: list(x.shape), theta)
-  info_path = os.path.join(directory, THETA_INFO_FILENAME)
+  info_path = os.path.join(directory, layout.THETA_INFO_FILENAME)
   files.write_json(info_path, {"shapes": shapes, **(info or {})}, indent=2, sort_keys=True)
   if card is not None:
     cards.write_card(directory, card)
@@ -115,9 +111,9 @@ def find_theta_dir(directory: str) -> str:
   """
   in_project = os.path.join(files.PROJECT_ROOT, directory)
   if (
-    not tf.io.gfile.exists(os.path.join(directory, THETA_PREFIX) + ".index")
+    not tf.io.gfile.exists(os.path.join(directory, layout.THETA_PREFIX) + ".index")
     and not os.path.isabs(directory)
-    and tf.io.gfile.exists(os.path.join(in_project, THETA_PREFIX) + ".index")
+    and tf.io.gfile.exists(os.path.join(in_project, layout.THETA_PREFIX) + ".index")
   ):
     return in_project
   return directory
@@ -154,7 +150,7 @@ def saved_theta_shapes(directory: str) -> dict[str, list[int]]:
     {path: shape} as `theta_shapes` gives them for the theta that was saved.
   """
   shapes = {}
-  for key, shape in tf.train.list_variables(os.path.join(directory, THETA_PREFIX)):
+  for key, shape in tf.train.list_variables(os.path.join(directory, layout.THETA_PREFIX)):
     if key.startswith(_THETA_KEY) and key.endswith(_VALUE_KEY):
       shapes[key[len(_THETA_KEY) : -len(_VALUE_KEY)].rstrip("/")] = [int(d) for d in shape]
   return shapes
@@ -201,13 +197,13 @@ def check_theta_shapes(
 
 def _export_prefix(directory: str) -> str:
   """The checkpoint prefix of the export in `directory`; FileNotFoundError if there is none."""
-  prefix = os.path.join(directory, THETA_PREFIX)
+  prefix = os.path.join(directory, layout.THETA_PREFIX)
   if tf.io.gfile.exists(prefix + ".index"):
     return prefix
-  inner = os.path.join(directory, THETA_DIRNAME)
+  inner = layout.theta_dir(directory)
   hint = (
     f" It is a train dir: pass {inner}."
-    if tf.io.gfile.exists(os.path.join(inner, THETA_PREFIX + ".index"))
+    if tf.io.gfile.exists(os.path.join(inner, layout.THETA_PREFIX + ".index"))
     else " bin/train_local exports theta to <train_dir>/theta."
   )
   raise FileNotFoundError(

@@ -6,7 +6,9 @@ with its --gin_file and --gin_bindings: unknown names fail loudly (skip_unknown=
 error that names the problem (GinConfigError, an errors.UserError), and the config stays
 unlocked (finalize_config=False) so tests can clear it. `parse` drops gin's include lookup log
 lines ("system_path_file_exists:...", "Path not found") for an include it then finds in gin/.
-`init_spawned_process` gives a process started with multiprocessing's "spawn" its parent's gin
+`takes_fields_of` lets a configurable take a record's fields as keywords, so that the fields,
+their defaults and their docs are written once, on the record. `init_spawned_process` gives a
+process started with multiprocessing's "spawn" its parent's gin
 registrations, config and threads: it imports the parent's modules by name.
 
 A user's own configurables (a Keras model function for tasks/keras_task.py) live in the user's
@@ -16,7 +18,9 @@ them, so that spawned processes import them (`registering_modules`) and processe
 commands are given them again (`import_module_flags`).
 """
 
+import dataclasses
 import importlib
+import inspect
 import logging
 import os
 import re
@@ -206,6 +210,42 @@ class _IncludeLookupFilter(logging.Filter):
       record.module == "resource_reader"
       and str(record.msg).startswith(("Path not found", "system_path_file_exists"))
     )
+
+
+def takes_fields_of(record: type) -> Callable[[Callable], Callable]:
+  """Gives a function `f(..., **fields)` the signature of a dataclass' fields, for gin to check.
+
+  Apply it below `@gin.configurable` (gin reads the signature when it decorates): the function
+  then shows its own parameters before `**`, followed by each field of `record` as a keyword-only
+  parameter with the field's default and type (gin.REQUIRED where the field has none), so that a
+  binding naming no field fails when the gin file is parsed.
+
+  Args:
+    record: a dataclass whose fields are the keywords.
+
+  Returns:
+    A decorator that sets the function's `__signature__` and returns it.
+  """
+
+  def decorate(function: Callable) -> Callable:
+    own = [
+      p
+      for p in inspect.signature(function).parameters.values()
+      if p.kind != inspect.Parameter.VAR_KEYWORD
+    ]
+    fields = [
+      inspect.Parameter(
+        field.name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=gin.REQUIRED if field.default is dataclasses.MISSING else field.default,
+        annotation=field.type,
+      )
+      for field in dataclasses.fields(record)
+    ]
+    function.__signature__ = inspect.Signature([*own, *fields], return_annotation=record)
+    return function
+
+  return decorate
 
 
 @gin.configurable

@@ -168,6 +168,6 @@ def train(
 
   Params come from task.init_params(fold_in(seed, 0)) and data from fold_in(seed, 1).
   """
-  state = opt.init(task.init_params(random_seeds.fold_in(seed, 0)))
+  state = opt.init(task.init_params(random_seeds.stream(seed, "run_params")))
   run = make_train_fn(task, lambda _: opt)
-  return InnerTrainResult(*run(state, num_steps, random_seeds.fold_in(seed, 1)))
+  return InnerTrainResult(*run(state, num_steps, random_seeds.stream(seed, "run_data")))

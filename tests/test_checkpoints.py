@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from task_specific_learned_opt import checkpoints, files
+from task_specific_learned_opt import checkpoints, files, layout
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 
 
@@ -36,7 +36,7 @@ def test_shapes_by_path_in_memory_and_in_an_export(tmp_path):
 
 def test_the_check_reads_the_checkpoint_itself(tmp_path):
   checkpoints.save_theta(str(tmp_path), mlp_lopt.MLPLOpt(use_time=False).init(0))
-  os.remove(tmp_path / checkpoints.THETA_INFO_FILENAME)
+  os.remove(tmp_path / layout.THETA_INFO_FILENAME)
   with pytest.raises(checkpoints.ThetaMismatchError) as raised:
     checkpoints.load_theta(str(tmp_path), mlp_lopt.MLPLOpt())
   message = str(raised.value)

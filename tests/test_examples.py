@@ -17,9 +17,9 @@ import gin
 import pytest
 import testing_utils
 
-from task_specific_learned_opt import checkpoints, gin_config
+from task_specific_learned_opt import gin_config, layout
 from task_specific_learned_opt.cli import configurables  # noqa: F401 - registers the gin names.
-from task_specific_learned_opt.distributed import cluster, local, outer_training
+from task_specific_learned_opt.distributed import cluster, outer_training
 from task_specific_learned_opt.evaluation import held_out
 from task_specific_learned_opt.tasks import keras_task
 
@@ -88,9 +88,9 @@ def test_the_example_runs_end_to_end(tmp_path, capsys):
   argv = ["train_local", f"--import_module={USER_MODULE}", f"--gin_file={GIN_FILE}"]
   argv += [f"--train_dir={train_dir}", "--num_outer_steps=2"]
   testing_utils.run_main("train_local", argv + [f"--gin_bindings={b}" for b in TINY])
-  theta_dir = os.path.join(train_dir, checkpoints.THETA_DIRNAME)
-  assert os.path.exists(os.path.join(theta_dir, checkpoints.THETA_INFO_FILENAME))
-  evaluation = json.load(open(os.path.join(train_dir, local.EVAL_DIRNAME, "evaluation.json")))
+  theta_dir = os.path.join(train_dir, layout.THETA_DIRNAME)
+  assert os.path.exists(os.path.join(theta_dir, layout.THETA_INFO_FILENAME))
+  evaluation = json.load(open(os.path.join(train_dir, layout.EVAL_DIRNAME, "evaluation.json")))
   assert len(evaluation["tuned_learning_rates"]["adam (lr tuned per task on train loss)"]) == 1
   assert "learned vs adam (lr tuned per task on train loss) on 1 held-out tasks" in (
     capsys.readouterr().out
@@ -117,7 +117,7 @@ def test_a_run_over_several_model_variants_logs_no_retracing_warnings(tmp_path, 
   bindings += TINY[3:] + ["compare_with_tuned_baseline.num_tasks = 3"]
   caplog.set_level(logging.INFO)
   testing_utils.run_main("train_local", argv + [f"--gin_bindings={b}" for b in bindings])
-  assert os.path.exists(os.path.join(train_dir, local.EVAL_DIRNAME, "evaluation.json"))
+  assert os.path.exists(os.path.join(train_dir, layout.EVAL_DIRNAME, "evaluation.json"))
   messages = [r.getMessage() for r in caplog.records]  # TensorFlow's warnings reach the root.
   assert not [m for m in messages if "retracing" in m]
   assert not [m for m in messages if "system_path_file_exists" in m]

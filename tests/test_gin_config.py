@@ -15,6 +15,7 @@ import fnmatch
 import glob
 import inspect
 import os
+import subprocess
 
 import gin
 import pytest
@@ -26,6 +27,7 @@ from task_specific_learned_opt.cli import configurables  # noqa: F401 - register
 from task_specific_learned_opt.distributed import cluster, evaluator_role, outer_training
 from task_specific_learned_opt.evaluation import baseline_search, candidates
 from task_specific_learned_opt.figures import runner
+from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.optimizers import adam
 from task_specific_learned_opt.studies import processes
 
@@ -46,9 +48,28 @@ def _arguments(configurable: str) -> dict:
   return arguments
 
 
+def _literal(value: object) -> bool:
+  return isinstance(value, (bool, int, float, str)) or (
+    isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) for v in value)
+  )
+
+
+def _check_bound(record: object, configurable: str) -> None:
+  """Every literal value the file binds to `configurable` is the value `record` holds."""
+  for name, value in gin.get_bindings(configurable).items():
+    if _literal(value):
+      held = getattr(record, name)
+      held = list(held) if isinstance(held, tuple) else held
+      value = list(value) if isinstance(value, tuple) else value
+      assert held == value, f"{configurable}.{name} = {value!r} was built as {held!r}"
+
+
 def _outer_training(train_dir: str) -> dict:
   """bin/train_local, chief, worker, evaluator: the experiment, its chief, a worker."""
   setup = outer_training.outer_training()
+  _check_bound(setup, "outer_training")
+  if isinstance(setup.lopt, mlp_lopt.MLPLOpt):
+    _check_bound(setup.lopt.options, "MLPLOpt")
   built = {
     "setup": setup,
     "chief": outer_training.make_chief(setup),
@@ -146,8 +167,15 @@ def _builder(path: str):
   return next((build for pattern, build in BUILDERS if fnmatch.fnmatch(name, pattern)), None)
 
 
-def test_there_are_experiment_files():
-  assert len(GIN_FILES) > 50
+def test_the_parametrised_tests_see_every_gin_file_and_every_builder_is_used():
+  out = subprocess.run(
+    ["git", "ls-files", "gin"], cwd=testing_utils.REPO, capture_output=True, text=True, check=True
+  )
+  tracked = [f for f in out.stdout.split() if f.endswith(".gin")]
+  tracked = sorted(os.path.join(testing_utils.REPO, f) for f in tracked)
+  assert tracked and GIN_FILES == tracked
+  unused = [p for p, _ in BUILDERS if not any(fnmatch.fnmatch(_name(f), p) for f in GIN_FILES)]
+  assert not unused, f"BUILDERS patterns that match no gin file: {unused}"
 
 
 @pytest.mark.parametrize("path", GIN_FILES, ids=_name)

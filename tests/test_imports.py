@@ -229,3 +229,17 @@ def test_gin_parsing_imports_only_leaf_modules_and_only_the_binaries_import_the_
     )
   }
   assert configurable and configurable <= reached, sorted(configurable - reached)
+
+
+def test_the_package_does_not_import_the_test_rigs():
+  """harness/ (netns, hosts) serves the tests and benchmarks; the library never imports it."""
+  modules = _modules()
+  found = []
+  for name, tree in modules.items():
+    for node in ast.walk(tree):
+      names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+      names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+      found += [f"{name} {n}" for n in names if n.split(".")[0] == "harness"]
+  assert not found, found
+  assert not [name for name in modules if name.endswith((".netns", ".hosts"))]
+  assert _modules(os.path.join(testing_utils.REPO, "harness"))  # The rigs are where they moved.

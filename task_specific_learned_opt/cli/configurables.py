@@ -36,7 +36,7 @@ from task_specific_learned_opt.learned_optimizers import hyperparameters, mlp_lo
 from task_specific_learned_opt.optimizers import adam, rmsprop, sgd  # noqa: F401
 from task_specific_learned_opt.outer import recomputation, schedules  # noqa: F401
 from task_specific_learned_opt.studies import ablation_study, seed_study  # noqa: F401
-from task_specific_learned_opt.tasks import (  # noqa: F401, F811 - tasks.toy after figures.toy
+from task_specific_learned_opt.tasks import (  # noqa: F401
   digits_source,
   families,
   generated,

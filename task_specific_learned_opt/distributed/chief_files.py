@@ -21,7 +21,7 @@ from typing import Any
 import tensorflow as tf
 from absl import logging
 
-from task_specific_learned_opt import cards, checkpoints, files
+from task_specific_learned_opt import cards, checkpoints, files, layout
 from task_specific_learned_opt.distributed import (
   checkpoint_state,
   chief_update,
@@ -74,7 +74,7 @@ class ChiefFiles:
     )
     self.manager = tf.train.CheckpointManager(
       self.checkpoint,
-      os.path.join(train_dir, checkpoints.CHECKPOINT_DIRNAME),
+      layout.checkpoint_dir(train_dir),
       setup.keep_checkpoints,
     )
     record = outer_lib.experiment_record(chief.theta_numpy())
@@ -96,16 +96,16 @@ class ChiefFiles:
   def _forget_after(self, outer_step: int) -> None:
     """Forgets what was written after the checkpoint: records, snapshots, finished.json."""
     self.recorder.forget_after(outer_step)
-    for step, directory in train_dir_lib.snapshots(self.train_dir).items():
+    for step, directory in layout.snapshots(self.train_dir).items():
       if step > outer_step:  # Thetas of a branch a restart dropped.
         shutil.rmtree(directory, ignore_errors=True)
     with contextlib.suppress(FileNotFoundError):  # A run that goes on is not finished.
-      os.remove(os.path.join(self.train_dir, train_dir_lib.FINISHED_FILENAME))
+      os.remove(os.path.join(self.train_dir, layout.FINISHED_FILENAME))
 
   def _remove_partial_checkpoints(self) -> None:
     """Deletes what a save cut short left (TensorFlow's ckpt-N_temp folders): never read, and
     on a full disk it holds space."""
-    pattern = os.path.join(self.train_dir, checkpoints.CHECKPOINT_DIRNAME, "*_temp*")
+    pattern = os.path.join(self.train_dir, layout.CHECKPOINT_DIRNAME, "*_temp*")
     for path in glob.glob(pattern):
       shutil.rmtree(path, ignore_errors=True)
 
@@ -147,7 +147,7 @@ class ChiefFiles:
     every, step = self.setup.snapshot_every, self.chief.step
     if every is None or (step % every and not final):
       return None
-    directory = train_dir_lib.snapshot_dir(self.train_dir, step)
+    directory = layout.snapshot_dir(self.train_dir, step)
     if os.path.exists(directory):
       return directory
     partial = directory + ".partial"
@@ -172,7 +172,7 @@ class ChiefFiles:
     self.snapshot(final=True)
     with self._disk_checked():
       files.write_json(
-        os.path.join(self.train_dir, train_dir_lib.FINISHED_FILENAME),
+        os.path.join(self.train_dir, layout.FINISHED_FILENAME),
         {"outer_step": self.chief.step, "inner_steps": self.inner_steps.total},
         indent=None,
       )
@@ -200,7 +200,7 @@ class ChiefFiles:
       try:
         saved = self.manager.save(checkpoint_number=step)
         self._sync_checkpoint(saved)
-        theta_dir = os.path.join(self.train_dir, checkpoints.THETA_DIRNAME)
+        theta_dir = layout.theta_dir(self.train_dir)
         card = self._card({"outer_step": step, "inner_steps": self.inner_steps.total})
         checkpoints.save_theta(theta_dir, self.chief.theta(), info={"outer_step": step}, card=card)
         files.sync(*glob.glob(os.path.join(theta_dir, "*")), theta_dir, self.train_dir)
@@ -225,8 +225,8 @@ class ChiefFiles:
     where files only in the page cache would be lost."""
     directory = os.path.dirname(prefix)
     files.sync(*glob.glob(f"{prefix}.*"))
-    files.sync(os.path.join(directory, "checkpoint"), directory)
-    files.sync(self.recorder.path, os.path.join(self.train_dir, train_dir_lib.EXPERIMENT_FILENAME))
+    files.sync(os.path.join(directory, layout.CHECKPOINT_INDEX_FILENAME), directory)
+    files.sync(self.recorder.path, os.path.join(self.train_dir, layout.EXPERIMENT_FILENAME))
 
   def save_if_due(self) -> None:
     """Saves (see `save`) if checkpoint_every_secs have passed since the last save."""

@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from task_specific_learned_opt import checkpoints, files, plots
+from task_specific_learned_opt import checkpoints, files, layout, plots
 from task_specific_learned_opt.distributed import outer_training as outer_lib
 from task_specific_learned_opt.distributed import train_dir as train_dir_lib
 from task_specific_learned_opt.evaluation import candidates as candidates_lib
@@ -43,10 +43,6 @@ from task_specific_learned_opt.evaluation import running, tuning
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.tasks import base as task_base
 
-PROGRESS_FILENAME = "evaluation_progress.jsonl"
-REFERENCE_FILENAME = "evaluation_reference.json"
-SUMMARY_DIRNAME = "evaluation"
-PLOT_FILENAME = "outer_training_eval.png"
 FAMILIES = ("outer_train", "outer_test")
 METRICS = ("mean_train_loss", "final_test_loss", "final_test_accuracy")
 # The experiment's objective -> the number a snapshot (or a theta seed) is judged and chosen on,
@@ -70,23 +66,23 @@ def summarize(results: dict) -> dict:
 
 def read_reference(train_dir: str) -> dict:
   """The tuned baseline's numbers in the train dir (evaluation_reference.json); {} if none."""
-  return files.read_json(os.path.join(train_dir, REFERENCE_FILENAME), {})
+  return files.read_json(os.path.join(train_dir, layout.EVALUATION_REFERENCE_FILENAME), {})
 
 
 def read_progress(train_dir: str) -> list[dict]:
   """The evaluated snapshots' records (evaluation_progress.jsonl), in the order written."""
-  return files.read_jsonl(os.path.join(train_dir, PROGRESS_FILENAME))
+  return files.read_jsonl(os.path.join(train_dir, layout.EVALUATION_PROGRESS_FILENAME))
 
 
 def _read_theta_info(snapshot: str) -> dict:
   """A snapshot's theta_info; {} if it is missing or unreadable (e.g. being removed)."""
-  return files.read_json(os.path.join(snapshot, checkpoints.THETA_INFO_FILENAME), {})
+  return files.read_json(os.path.join(snapshot, layout.THETA_INFO_FILENAME), {})
 
 
 def current_records(train_dir: str) -> list[dict]:
   """The records of the snapshots theta_history/ holds now (not of steps a restart dropped)."""
   ids = {}
-  for step, directory in train_dir_lib.snapshots(train_dir).items():
+  for step, directory in layout.snapshots(train_dir).items():
     ids[step] = _read_theta_info(directory).get("snapshot_id")
   return sorted(
     (r for r in read_progress(train_dir) if ids.get(r["outer_step"], "") == r["snapshot_id"]),
@@ -187,7 +183,7 @@ class Evaluator:
       {"setting": ..., "name": ..., "objective": ..., "metric": the number snapshots are chosen
        on, "outer_train": {metric: value, "learning_rates": [...]}, "outer_test": {...}}.
     """
-    path = os.path.join(self.train_dir, REFERENCE_FILENAME)
+    path = os.path.join(self.train_dir, layout.EVALUATION_REFERENCE_FILENAME)
     if os.path.exists(path):
       cached = read_reference(self.train_dir)
       if cached.get("setting") == self.setting():
@@ -216,7 +212,7 @@ class Evaluator:
     """Snapshots not yet evaluated, oldest first: (outer step, directory, theta_info)."""
     done = {(r["outer_step"], r["snapshot_id"]) for r in read_progress(self.train_dir)}
     found = []
-    for step, directory in train_dir_lib.snapshots(self.train_dir).items():
+    for step, directory in layout.snapshots(self.train_dir).items():
       info = _read_theta_info(directory)
       if info and (step, info.get("snapshot_id")) not in done:
         found.append((step, directory, info))
@@ -236,12 +232,14 @@ class Evaluator:
     for key, family in self.families.items():
       record[key] = summarize(self._evaluate(family, candidate))
     record["seconds"] = time.time() - start
-    files.append_jsonl(os.path.join(self.train_dir, PROGRESS_FILENAME), [record])
+    files.append_jsonl(os.path.join(self.train_dir, layout.EVALUATION_PROGRESS_FILENAME), [record])
     return record
 
   def _summaries(self, record: dict, reference: dict) -> None:
     if self.writer is None:
-      self.writer = tf.summary.create_file_writer(os.path.join(self.train_dir, SUMMARY_DIRNAME))
+      self.writer = tf.summary.create_file_writer(
+        os.path.join(self.train_dir, layout.EVALUATION_SUMMARY_DIRNAME)
+      )
     with self.writer.as_default(step=record["outer_step"]):
       for key in FAMILIES:
         for metric in METRICS:
@@ -252,7 +250,7 @@ class Evaluator:
 
   def plot(self, reference: dict | None = None) -> str:
     """Redraws outer_training_eval.png from the current records; returns its path."""
-    path = os.path.join(self.train_dir, PLOT_FILENAME)
+    path = os.path.join(self.train_dir, layout.EVALUATION_PLOT_FILENAME)
     reference = reference if reference is not None else self.reference()
     plots.plot_evaluation_progress(
       {"": current_records(self.train_dir)},
@@ -292,7 +290,7 @@ class Evaluator:
 
   def chief_finished(self) -> bool:
     """Whether the chief wrote finished.json (its last snapshot is then in theta_history/)."""
-    return os.path.exists(os.path.join(self.train_dir, train_dir_lib.FINISHED_FILENAME))
+    return os.path.exists(os.path.join(self.train_dir, layout.FINISHED_FILENAME))
 
   def watch(
     self,
@@ -326,7 +324,7 @@ def check_experiment(train_dir: str, lopt: lopt_base.LearnedOptimizer, seed: int
   Raises:
     train_dir_lib.ExperimentChangedError: it holds another experiment (one line, the fix).
   """
-  path = os.path.join(train_dir, train_dir_lib.EXPERIMENT_FILENAME)
+  path = os.path.join(train_dir, layout.EXPERIMENT_FILENAME)
   if not os.path.exists(path):
     return False
   saved = files.read_json(path, {})

@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from task_specific_learned_opt import nests
+from task_specific_learned_opt import layout, nests
 from task_specific_learned_opt.distributed import (
   chief_files,
   evaluator_role,
@@ -39,7 +39,6 @@ from task_specific_learned_opt.distributed import train_dir as train_dir_lib
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.outer import estimators
 
-EVAL_DIRNAME = "eval"
 # Samples computed at once (train_local.parallel_samples). 1: on 2 cores a second sample at once
 # measured 0.93-0.99 of the outer steps per minute (docs/performance.md), since the + and -
 # unrolls of one sample already keep both inter-op threads busy.
@@ -266,7 +265,7 @@ def train_local(
     evaluator.run_pending()  # The last step's snapshot.
   if final_evaluation is not None:
     logging.info("Evaluating theta on held-out tasks (train_local.final_evaluation).")
-    final_evaluation(os.path.join(train_dir, EVAL_DIRNAME), setup.lopt, files.chief.theta())
+    final_evaluation(os.path.join(train_dir, layout.EVAL_DIRNAME), setup.lopt, files.chief.theta())
   return stats
 
 

@@ -15,13 +15,15 @@ experiment. Bindings of a setting that has changed its gin name (RENAMED_BINDING
 the new name, so a train dir recorded under the old one still resumes.
 """
 
+import dataclasses
 import fnmatch
-from typing import Any, NamedTuple
+from typing import Any
 
 import gin
 import numpy as np
 import tensorflow as tf
 
+from task_specific_learned_opt import gin_config
 from task_specific_learned_opt.distributed import chief_update
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.outer import estimators
@@ -118,41 +120,11 @@ def _renamed(bindings: dict[str, str]) -> dict[str, str]:
   return renamed
 
 
-class OuterTraining(NamedTuple):
-  """One outer-training experiment, whatever runs it."""
+@dataclasses.dataclass(frozen=True)
+class OuterTraining:
+  """One outer-training experiment, whatever runs it; gin's `outer_training.*` are its fields.
 
-  family: task_base.TaskFamily
-  lopt: lopt_base.LearnedOptimizer
-  seed: int
-  num_outer_steps: int
-  checkpoint_every_secs: float
-  keep_checkpoints: int
-  log_every: int
-  record_samples: bool = False
-  max_inner_steps: int | None = None
-  snapshot_every: int | None = None
-  batch_size: int = chief_update.BATCH_SIZE
-  estimator: str = chief_update.ESTIMATOR
-
-
-@gin.configurable
-def outer_training(
-  family: task_base.TaskFamily = gin.REQUIRED,
-  lopt: lopt_base.LearnedOptimizer = gin.REQUIRED,
-  seed: int = 0,
-  num_outer_steps: int = 10000,
-  checkpoint_every_secs: float = 600.0,
-  keep_checkpoints: int = 3,
-  log_every: int = 1,
-  record_samples: bool = False,
-  max_inner_steps: int | None = None,
-  snapshot_every: int | None = None,
-  batch_size: int = chief_update.BATCH_SIZE,
-  estimator: str = chief_update.ESTIMATOR,
-) -> OuterTraining:
-  """The experiment.
-
-  Args:
+  Attributes:
     family: the task family (outer-train classes).
     lopt: the learned optimizer.
     seed: seeds theta's initialisation and every worker.
@@ -178,25 +150,59 @@ def outer_training(
   Raises:
     ValueError: snapshot_every < 1, batch_size < 1 or an unknown estimator.
   """
-  if snapshot_every is not None and snapshot_every < 1:
-    raise ValueError(f"outer_training.snapshot_every must be >= 1 or None, got {snapshot_every}.")
-  if batch_size < 1:
-    raise ValueError(f"outer_training.batch_size must be >= 1, got {batch_size}.")
-  estimators.is_persistent(estimator)  # Raises on an unknown estimator.
-  return OuterTraining(
-    family=family,
-    lopt=lopt,
-    seed=int(seed),
-    num_outer_steps=int(num_outer_steps),
-    checkpoint_every_secs=float(checkpoint_every_secs),
-    keep_checkpoints=int(keep_checkpoints),
-    log_every=int(log_every),
-    record_samples=bool(record_samples),
-    max_inner_steps=None if max_inner_steps is None else int(max_inner_steps),
-    snapshot_every=None if snapshot_every is None else int(snapshot_every),
-    batch_size=int(batch_size),
-    estimator=estimator,
-  )
+
+  family: task_base.TaskFamily
+  lopt: lopt_base.LearnedOptimizer
+  seed: int = 0
+  num_outer_steps: int = 10000
+  checkpoint_every_secs: float = 600.0
+  keep_checkpoints: int = 3
+  log_every: int = 1
+  record_samples: bool = False
+  max_inner_steps: int | None = None
+  snapshot_every: int | None = None
+  batch_size: int = chief_update.BATCH_SIZE
+  estimator: str = chief_update.ESTIMATOR
+
+  def __post_init__(self) -> None:
+    if self.snapshot_every is not None and self.snapshot_every < 1:
+      raise ValueError(
+        f"outer_training.snapshot_every must be >= 1 or None, got {self.snapshot_every}."
+      )
+    if self.batch_size < 1:
+      raise ValueError(f"outer_training.batch_size must be >= 1, got {self.batch_size}.")
+    estimators.is_persistent(self.estimator)  # Raises on an unknown estimator.
+    optional = lambda value: None if value is None else int(value)  # noqa: E731
+    normalized = {
+      "seed": int(self.seed),
+      "num_outer_steps": int(self.num_outer_steps),
+      "checkpoint_every_secs": float(self.checkpoint_every_secs),
+      "keep_checkpoints": int(self.keep_checkpoints),
+      "log_every": int(self.log_every),
+      "record_samples": bool(self.record_samples),
+      "max_inner_steps": optional(self.max_inner_steps),
+      "snapshot_every": optional(self.snapshot_every),
+      "batch_size": int(self.batch_size),
+    }
+    for name, value in normalized.items():
+      object.__setattr__(self, name, value)  # A frozen record normalises its own fields.
+
+
+@gin.configurable
+@gin_config.takes_fields_of(OuterTraining)
+def outer_training(**settings: Any) -> OuterTraining:
+  """The experiment gin describes: OuterTraining(**settings).
+
+  Args:
+    **settings: the fields of OuterTraining, which documents them (family and lopt required).
+
+  Returns:
+    The record.
+
+  Raises:
+    ValueError: a value OuterTraining refuses.
+  """
+  return OuterTraining(**settings)
 
 
 def make_chief(setup: OuterTraining) -> chief_update.Chief:

@@ -13,8 +13,7 @@ from collections.abc import Mapping
 import tensorflow as tf
 from absl import logging
 
-from task_specific_learned_opt import files, plots
-from task_specific_learned_opt.distributed import train_dir as train_dir_lib
+from task_specific_learned_opt import files, layout, plots
 
 SUMMARY_KEYS = (
   "outer_loss",
@@ -48,7 +47,7 @@ def format_seconds(seconds: float) -> str:
 
 def read_records(train_dir: str) -> list[dict]:
   """The train dir's progress records (progress.jsonl), non-finite numbers as floats."""
-  path = os.path.join(train_dir, train_dir_lib.PROGRESS_FILENAME)
+  path = os.path.join(train_dir, layout.PROGRESS_FILENAME)
   return files.read_jsonl(path)
 
 
@@ -63,8 +62,8 @@ class Recorder:
     """
     self.train_dir = train_dir
     self.writer = tf.summary.create_file_writer(train_dir)
-    self.path = os.path.join(train_dir, train_dir_lib.PROGRESS_FILENAME)
-    self.plot_path = os.path.join(train_dir, train_dir_lib.PLOT_FILENAME)
+    self.path = os.path.join(train_dir, layout.PROGRESS_FILENAME)
+    self.plot_path = os.path.join(train_dir, layout.PLOT_FILENAME)
 
   def record(self, stats: Mapping[str, float]) -> None:
     """Writes one outer step: SUMMARY_KEYS as TensorBoard scalars, all of it to progress.jsonl.

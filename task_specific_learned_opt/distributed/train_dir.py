@@ -1,43 +1,20 @@
 """The chief's train dir: what it holds, where, and which experiment (paper App. C).
 
-What the chief writes, in local mode and on a cluster alike (chief_files.ChiefFiles):
-  checkpoints/       full state (theta, Adam slots, outer step, plus what the mode adds), on a
-                     timer and at exit, the last few kept (CheckpointManager);
-  theta/             theta alone, for evaluation (checkpoints.save_theta);
-  events.*           TensorBoard summaries, one point per outer step (progress.py);
-  progress.jsonl     the same numbers, one JSON line per outer step;
-  outer_training.png the curves (outer loss, K, variances of g_rp and g_es, ES weight);
-  operative_config.gin;
-  experiment.json    the experiment this train dir holds (outer_training.experiment_record);
-                     a restart with another experiment is refused, nothing overwritten;
-  experiment_changes.jsonl  experiments it held before a deliberate change
-                     (resume_changed_experiment), with the outer step of the change;
-  theta_history/step_<outer step>/  theta every `outer_training.snapshot_every` outer steps, at
-                     step 0 and at the last step (kept; a few KB each), for the evaluator
-                     (evaluator_role.py), each with a snapshot id that changes if a restart redoes
-                     that step;
-  finished.json      written when the run reached its last outer step or its budget, removed
-                     when it resumes (the evaluator stops once it has evaluated the last
-                     snapshot).
+What the chief writes, and where, is layout.py's: the name of every file and directory, and the
+paths that writers and readers share. This module reads and writes experiment.json and
+experiment_changes.jsonl, the record of which experiment the train dir holds: a restart with
+another experiment is refused, nothing overwritten.
 Every record counts the inner steps behind it (checkpoint_state.InnerSteps), so curves can be
 drawn against inner steps as the paper's Fig. 8 is. A restart resumes from the latest checkpoint
 and forgets records and snapshots of steps after it.
 """
 
 import os
-import re
 
 from absl import logging
 
-from task_specific_learned_opt import errors, files
+from task_specific_learned_opt import errors, files, layout
 from task_specific_learned_opt.distributed import outer_training as outer_lib
-
-EXPERIMENT_FILENAME = "experiment.json"
-EXPERIMENT_CHANGES_FILENAME = "experiment_changes.jsonl"
-PROGRESS_FILENAME = "progress.jsonl"
-PLOT_FILENAME = "outer_training.png"
-THETA_HISTORY_DIRNAME = "theta_history"
-FINISHED_FILENAME = "finished.json"
 
 
 class CheckpointError(errors.UserError, RuntimeError):
@@ -48,29 +25,13 @@ class ExperimentChangedError(CheckpointError):
   """A train dir that holds another experiment than the one being started."""
 
 
-def snapshot_dir(train_dir: str, outer_step: int) -> str:
-  """Where the theta of `outer_step` is kept (theta_history/step_<8 digits>)."""
-  return os.path.join(train_dir, THETA_HISTORY_DIRNAME, f"step_{outer_step:08d}")
-
-
-def snapshots(train_dir: str) -> dict[int, str]:
-  """{outer step: directory} of the complete snapshots in theta_history/, by step."""
-  root = os.path.join(train_dir, THETA_HISTORY_DIRNAME)
-  found = {}
-  for name in os.listdir(root) if os.path.isdir(root) else []:
-    match = re.fullmatch(r"step_(\d{8})", name)
-    if match:
-      found[int(match.group(1))] = os.path.join(root, name)
-  return dict(sorted(found.items()))
-
-
 def read_experiment(train_dir: str) -> dict | None:
   """The experiment record in the train dir's experiment.json; None if it has none.
 
   Raises:
     CheckpointError: experiment.json is there but cannot be read.
   """
-  path = os.path.join(train_dir, EXPERIMENT_FILENAME)
+  path = os.path.join(train_dir, layout.EXPERIMENT_FILENAME)
   if not os.path.exists(path):
     return None
   try:
@@ -123,7 +84,9 @@ def write_experiment(
   """
   if change is not None:
     files.append_jsonl(
-      os.path.join(train_dir, EXPERIMENT_CHANGES_FILENAME),
+      os.path.join(train_dir, layout.EXPERIMENT_CHANGES_FILENAME),
       [{"until_outer_step": outer_step, "experiment": change}],
     )
-  files.write_json(os.path.join(train_dir, EXPERIMENT_FILENAME), record, indent=1, sort_keys=True)
+  files.write_json(
+    os.path.join(train_dir, layout.EXPERIMENT_FILENAME), record, indent=1, sort_keys=True
+  )

@@ -128,9 +128,10 @@ class Worker:
       task_index: which of this worker's tasks, counting from 0.
 
     Returns:
-      An int32 [2] seed; fold_in(., 0) seeds the task's init and fold_in(., 1) its data.
+      An int32 [2] seed, a run seed: its "run_params" stream seeds the task's init and its
+      "run_data" stream its data (random_seeds.STREAMS).
     """
-    return random_seeds.fold_in(random_seeds.fold_in(self.seed, 1), task_index)
+    return random_seeds.fold_in(random_seeds.stream(self.seed, "worker_tasks"), task_index)
 
   def task(self, task_index: int) -> task_base.Task:
     """This worker's `task_index`-th task (the last one is kept in memory).
@@ -156,7 +157,8 @@ class Worker:
     Returns:
       The learned optimizer's initial state for the task's initial parameters.
     """
-    params = self.task(task_index).init_params(random_seeds.fold_in(self.task_seed(task_index), 0))
+    init_seed = random_seeds.stream(self.task_seed(task_index), "run_params")
+    params = self.task(task_index).init_params(init_seed)
     return self.lopt.opt_fn(theta).init(params)
 
   def _compiled(
@@ -229,7 +231,8 @@ class Worker:
     """
     if not self.stagger or task_index > 0:
       return self.horizon
-    u = 1.0 - schedules.truncation_uniform(random_seeds.fold_in(self.seed, 4))  # In (0, 1].
+    first = random_seeds.stream(self.seed, "worker_first_truncation")
+    u = 1.0 - schedules.truncation_uniform(first)  # In (0, 1].
     return max(1, int(np.ceil(u * self.horizon)))
 
   def truncation_length(self, outer_step: int, state: WorkerState, inner_step: int) -> int:
@@ -245,7 +248,7 @@ class Worker:
       K >= 1, at most run_horizon - inner_step (the steps left in the current inner run).
     """
     truncation_seed = random_seeds.fold_in(
-      random_seeds.fold_in(self.seed, 2), state.truncation_index
+      random_seeds.stream(self.seed, "worker_truncations"), state.truncation_index
     )
     u = schedules.truncation_uniform(truncation_seed)
     steps_left = self.run_horizon(state.task_index - 1) - int(inner_step)
@@ -275,9 +278,9 @@ class Worker:
     inner_step = int(state.inner_state.iteration)
     num_steps = self.truncation_length(theta_version, state, inner_step)
     perturbation_seed = random_seeds.fold_in(
-      random_seeds.fold_in(self.seed, 3), state.truncation_index
+      random_seeds.stream(self.seed, "worker_perturbations"), state.truncation_index
     )
-    data_seed = random_seeds.fold_in(self.task_seed(task_index), 1)
+    data_seed = random_seeds.stream(self.task_seed(task_index), "run_data")
     args = (task.data, tf.constant(num_steps, tf.int32), data_seed, perturbation_seed)
     done = inner_step + num_steps >= self.run_horizon(task_index)
     if self.persistent:

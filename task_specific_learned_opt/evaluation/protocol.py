@@ -88,5 +88,5 @@ def run_seed(seed: int, task_index: int, init_index: int) -> tf.Tensor:
 def task_seed(seed: int, task_index: int) -> tf.Tensor:
   """The seed a held-out task is sampled with (independent of the run seeds)."""
   return random_seeds.fold_in(
-    random_seeds.fold_in(random_seeds.as_seed(seed), 1_000_003), task_index
+    random_seeds.stream(random_seeds.as_seed(seed), "held_out_tasks"), task_index
   )

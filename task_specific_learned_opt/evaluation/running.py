@@ -144,9 +144,7 @@ def evaluate_run(
      "steps_per_second": training speed, over every chunk but the first}.
   """
   compiled = _compiled(family, task, candidate.make, num_eval_batches)
-  seed = random_seeds.as_seed(seed)
-  init_seed, data_seed = random_seeds.fold_in(seed, 0), random_seeds.fold_in(seed, 1)
-  eval_seed = random_seeds.fold_in(seed, 2)
+  init_seed, data_seed, eval_seed = random_seeds.run_seeds(seed)
   values = tf.nest.map_structure(tf.convert_to_tensor, candidate.values)
   state = compiled.init(task.data, values, init_seed)
   record = {f"{s}_{m}": [] for s in splits for m in ("loss", "accuracy")}
@@ -154,9 +152,8 @@ def evaluate_run(
 
   def measure() -> None:
     for split in splits:
-      i = ("train", "test", "valid").index(split)
       loss, accuracy = compiled.metrics[split](
-        task.data, values, state, random_seeds.fold_in(eval_seed, i)
+        task.data, values, state, random_seeds.measured_split_seed(eval_seed, split)
       )
       record[f"{split}_loss"].append(float(loss))
       record[f"{split}_accuracy"].append(float(accuracy))
@@ -317,10 +314,9 @@ def time_candidates(
   num_steps = int(num_steps or protocol.num_steps)
   task = protocol.family.sample(protocol_lib.task_seed(protocol.seed, 0))
   seed = protocol_lib.run_seed(protocol.seed, 0, 0)
-  data_seed = random_seeds.fold_in(seed, 1)
+  init_seed, data_seed, _ = random_seeds.run_seeds(seed)
   train_fns = {
-    c.name: _timed_run(protocol, task, c, random_seeds.fold_in(seed, 0), data_seed, num_steps)
-    for c in candidates
+    c.name: _timed_run(protocol, task, c, init_seed, data_seed, num_steps) for c in candidates
   }
   rates, _ = wallclock.time_interleaved(train_fns, num_steps, repetitions, warmup)
   return {name: float(np.median(r)) for name, r in rates.items()}

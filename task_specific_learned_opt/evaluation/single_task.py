@@ -76,7 +76,7 @@ def train_with_progress(
   Returns:
     (final optimizer state, numpy array of the num_steps clipped training losses, steps/s).
   """
-  init_seed, data_seed = random_seeds.fold_in(seed, 0), random_seeds.fold_in(seed, 1)
+  init_seed, data_seed, _ = random_seeds.run_seeds(seed)
   run_chunk = tf.function(
     lambda state, first, n: inner_training.unroll(task, opt, state, n, data_seed, first),
     autograph=False,

@@ -253,7 +253,7 @@ def run(
   env = environment(device, xla_update)
   logging.info("Benchmark of %s on %s: %s", task.name, device, env)
   with tf.device(device):
-    params = task.init_params(random_seeds.fold_in(seed, 0))
+    params = task.init_params(random_seeds.stream(seed, "run_params"))
     thetas = {
       name: checkpoints.load_theta(theta_dir, opt) if theta_dir else opt.init(theta_seed)
       for name, opt in optimizers.items()
@@ -299,7 +299,7 @@ def _timed_call(
   """What one timed call runs: `num_steps` steps from the same initial state; its last loss."""
   opt_fn = optimizer_fn(optimizer, xla_update)
   train = inner_training.make_train_fn(task, opt_fn, theta)
-  state, data_seed = opt_fn(theta).init(params), random_seeds.fold_in(seed, 1)
+  state, data_seed = opt_fn(theta).init(params), random_seeds.stream(seed, "run_data")
   return lambda: train(state, num_steps, data_seed)[1][-1]
 
 

@@ -57,7 +57,7 @@ def run_seeds(seed: int, run: int, tag: int = RUN_TAG) -> tuple[tf.Tensor, tf.Te
     tag: which stream: the outer-training runs, or the evaluation runs.
   """
   run_seed = random_seeds.fold_in(random_seeds.fold_in(seed, tag), run)
-  return random_seeds.fold_in(run_seed, 0), random_seeds.fold_in(run_seed, 1)
+  return random_seeds.stream(run_seed, "run_params"), random_seeds.stream(run_seed, "run_data")
 
 
 def initial_state(

@@ -7,8 +7,8 @@ input that leaves the range it saw in outer-training:
   - every optimizer (one theta under each `lopts` variant, e.g. the paper's MLPLOpt and one whose
     time features stop at the horizon, and Adam at each of `adam_learning_rates`) trains the same
     held-out tasks from the same initialisation on the same batches as bin/eval's protocol
-    (`protocol.task_seed`, `protocol.run_seed`: params from fold_in(run seed, 0), data from
-    fold_in(run seed, 1), the measured batches from fold_in(run seed, 2));
+    (`protocol.task_seed`, `protocol.run_seed`, whose streams `random_seeds.run_seeds` names:
+    params, data and the measured batches);
   - every `record_every` steps: the training and test loss (each the mean over `num_eval_batches`
     fixed batches, as bin/eval measures them), the mean minibatch training loss since the last
     record, and per kind of tensor (`lopt_probe.kind_of`) the parameter norm and the relative
@@ -120,8 +120,8 @@ class CompiledRun:
       task, opt = task_opt(data, values)
       params = opt.get_params(state)
       record = {}
-      for i, split in enumerate(("train", "test")):  # evaluation/running.py's seeds.
-        seed = random_seeds.fold_in(eval_seed, i)
+      for split in ("train", "test"):  # Measured on the batches evaluation/running.py uses.
+        seed = random_seeds.measured_split_seed(eval_seed, split)
         losses = [
           task.loss(params, task.batch(split, random_seeds.fold_in(seed, b)))
           for b in range(num_eval_batches)
@@ -153,8 +153,8 @@ class CompiledRun:
       len(record_steps)) and "minibatch_loss": [len(record_steps) - 1], the mean clipped training
       loss of the steps between consecutive records.
     """
-    data_seed, eval_seed = random_seeds.fold_in(seed, 1), random_seeds.fold_in(seed, 2)
-    state = self.init(task.data, values, random_seeds.fold_in(seed, 0))
+    init_seed, data_seed, eval_seed = random_seeds.run_seeds(seed)
+    state = self.init(task.data, values, init_seed)
     records, minibatch, done = [], [], 0
     for step in record_steps:
       if step > done:

@@ -1,4 +1,4 @@
-"""MLPLOpt's constructor options as data (paper App. D.1): rebuilding one, and fitting a theta.
+"""MLPLOpt's options as data (paper App. D.1; mlp_options.py): rebuilding one, fitting a theta.
 
 A Keras `LearnedOptimizer` stores its MLPLOpt as these options in its config and rebuilds it from
 them (`lopt_options`, `as_lopt`). A theta trained with other options (another feature set, a
@@ -9,28 +9,10 @@ MLPLOpt configurations that read those shapes, for `checkpoints.check_theta_shap
 from collections.abc import Mapping
 
 from task_specific_learned_opt import checkpoints
-from task_specific_learned_opt.learned_optimizers import features, mlp_lopt
+from task_specific_learned_opt.learned_optimizers import features, mlp_lopt, mlp_options
 
-# The MLPLOpt constructor arguments, in the order of its signature: what lopt_options returns.
-LOPT_OPTIONS = (
-  "hidden_size",
-  "decays",
-  "time_scales",
-  "feature_set",
-  "use_momentum",
-  "use_time",
-  "step_scale_lin",
-  "step_scale_exp",
-  "normalizer_epsilon",
-  "implementation",
-  "time_max_step",
-  "weight_decay",
-  "weight_decay_start",
-  "output_init_scale",
-  "momentum_init",
-  "gate_growth",
-  "max_step_rms",
-)
+# The MLPLOpt options, in the order of its keywords: what lopt_options returns.
+LOPT_OPTIONS = mlp_options.NAMES
 
 
 def lopt_options(lopt: mlp_lopt.MLPLOpt) -> dict:
@@ -42,10 +24,7 @@ def lopt_options(lopt: mlp_lopt.MLPLOpt) -> dict:
   Returns:
     A JSON-serialisable dict of its options (LOPT_OPTIONS).
   """
-  options = {name: getattr(lopt, name) for name in LOPT_OPTIONS}
-  options["decays"] = list(options["decays"])
-  options["time_scales"] = list(options["time_scales"])  # () when use_time is False.
-  return options
+  return mlp_options.as_dict(lopt.options)
 
 
 def as_lopt(lopt: mlp_lopt.MLPLOpt | Mapping | None) -> mlp_lopt.MLPLOpt:
@@ -79,10 +58,7 @@ def describe(lopt: mlp_lopt.MLPLOpt) -> str:
   Args:
     lopt: the learned optimizer.
   """
-  default = lopt_options(mlp_lopt.MLPLOpt())
-  options = lopt_options(lopt)
-  changed = [f"{k}={v!r}" for k, v in options.items() if v != default[k] and k != "time_scales"]
-  return f"MLPLOpt({', '.join(changed)})"
+  return mlp_options.describe(lopt.options)
 
 
 def matching_options(shapes: Mapping, lopt: mlp_lopt.MLPLOpt) -> list[str]:

@@ -23,9 +23,9 @@ Three things keep the number and cost of ops per step down (each measured, docs/
     (a tiny [k, tensors] matrix spread by a matmul), so that biases and small layers cost a few
     ops together instead of ~20 each.
 
-The kernel knows MLPLOpt only through `UpdateConfig` and works on flat lists of tensors (params,
-grads, momenta and the step count in; new params and momenta out), so it depends on features.py
-alone and MLPLOpt's optimizer keeps the state.
+The kernel knows MLPLOpt only through its options (mlp_options.MLPLOptOptions) and works on flat
+lists of tensors (params, grads, momenta and the step count in; new params and momenta out), so it
+depends on features.py and mlp_options.py alone and MLPLOpt's optimizer keeps the state.
 """
 
 from collections.abc import Sequence
@@ -35,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from task_specific_learned_opt import nests
-from task_specific_learned_opt.learned_optimizers import features
+from task_specific_learned_opt.learned_optimizers import features, mlp_options
 
 # Rows of Z and Y: g, w, a row of ones, then the momenta.
 ONES_ROW = 2
@@ -44,38 +44,6 @@ MOMENTA_ROW = 3
 GROUP_MAX_ELEMENTS = 4096
 
 # {"hidden": {"w": [inputs, hidden], "b": [hidden]}, "output": {"w": [hidden, 2], "b": [2]}}.
-
-
-class UpdateConfig(NamedTuple):
-  """The hyperparameters of App. D.1's update that the kernel reads (MLPLOpt.update_config).
-
-  Attributes:
-    decays: momentum decays d of m_d <- d * m_d + (1 - d) * g.
-    feature_set: "paper" or "original_code".
-    use_momentum: whether the paper's feature set has the momentum columns.
-    time_scales: eta of the time features tanh(t / eta - 1); empty without them.
-    use_time: whether the time features are inputs.
-    normalizer_epsilon: epsilon of the second-moment normaliser.
-    step_scale_lin: lambda_lin in w - lambda_lin * o_dir * exp(lambda_exp * o_mag).
-    step_scale_exp: lambda_exp.
-    time_max_step: None, or the step the time features stop at (t read as min(t, it)).
-    gate_growth: zero each element's step where it would grow |w| and the gradient does not
-      point that way (step * w < 0 and g * w >= 0).
-    max_step_rms: None, or the largest root mean square of one tensor's step: a larger step is
-      scaled down to it.
-  """
-
-  decays: tuple[float, ...]
-  feature_set: str
-  use_momentum: bool
-  time_scales: tuple[float, ...]
-  use_time: bool
-  normalizer_epsilon: float
-  step_scale_lin: float
-  step_scale_exp: float
-  time_max_step: int | None = None
-  gate_growth: bool = False
-  max_step_rms: float | None = None
 
 
 # Added to a step's mean square before its rsqrt, so that a zero step has a finite gradient.
@@ -114,7 +82,7 @@ def step_rms_factor(mean_square: tf.Tensor, max_step_rms: float) -> tf.Tensor:
   return tf.minimum(1.0, max_step_rms * tf.math.rsqrt(mean_square + STEP_RMS_EPSILON))
 
 
-def feature_maps(config: UpdateConfig) -> tuple[np.ndarray, np.ndarray]:
+def feature_maps(config: mlp_options.MLPLOptOptions) -> tuple[np.ndarray, np.ndarray]:
   """The constant matrices of the fast update: Y = B Z and X = C Y (see the module docstring).
 
   Z = [g; w; 1; m_old] and Y = [g; w; 1; m_new] have k = 3 + num_decays rows; C has one row per
@@ -189,7 +157,7 @@ class FastUpdate:
   become a few.
   """
 
-  def __init__(self, config: UpdateConfig, theta: nests.Theta):
+  def __init__(self, config: mlp_options.MLPLOptOptions, theta: nests.Theta):
     """Builds the constant matrices and theta's share of the weights.
 
     Args:

@@ -31,19 +31,19 @@ same function as the MLP on the concatenated 16 columns (the tests check the ref
 numpy forward pass of the concatenation, and the two implementations against each other).
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import NamedTuple
 
 import gin
 import tensorflow as tf
 
-from task_specific_learned_opt import nests, random_seeds
-from task_specific_learned_opt.learned_optimizers import base, fast_update, features
+from task_specific_learned_opt import gin_config, nests, random_seeds
+from task_specific_learned_opt.learned_optimizers import base, fast_update, features, mlp_options
 from task_specific_learned_opt.optimizers import base as opt_base
 
-FEATURE_SETS = ("paper", "original_code")
-IMPLEMENTATIONS = ("fast", "reference")
-STEP_SCALE = 1e-3  # lambda_lin and lambda_exp, App. D.1.
+FEATURE_SETS = mlp_options.FEATURE_SETS
+IMPLEMENTATIONS = mlp_options.IMPLEMENTATIONS
+STEP_SCALE = mlp_options.STEP_SCALE
 
 
 # The paper's columns are [g, w, m_0.5, m_0.9, ...]: m_0.9 (Adam's beta1) is column 3.
@@ -250,7 +250,7 @@ class _MLPLOptOptimizer(_Optimizer):
     super().__init__(lopt, theta)
     # Made here, where opt_fn(theta) is called, so that theta's share of the kernel's weights is
     # built once outside the inner training loop.
-    self._kernel = fast_update.FastUpdate(lopt.update_config, theta)
+    self._kernel = fast_update.FastUpdate(lopt.options, theta)
 
   def update(
     self, state: MLPLOptState, grads: nests.Params, loss: tf.Tensor | None = None
@@ -267,93 +267,32 @@ class _MLPLOptOptimizer(_Optimizer):
 
 @gin.configurable
 class MLPLOpt(base.LearnedOptimizer):
-  """The per-parameter MLP optimizer of paper App. D.1."""
+  """The per-parameter MLP optimizer of paper App. D.1.
+
+  Its options are `mlp_options.MLPLOptOptions`' fields, taken as keywords (MLPLOpt(hidden_size=
+  16, use_time=False)) and kept as `self.options`; each is also readable as an attribute
+  (`lopt.hidden_size`).
+  """
 
   name = "mlp_lopt"
 
-  def __init__(
-    self,
-    hidden_size: int = 32,
-    decays: Sequence[float] = features.MOMENTUM_DECAYS,
-    time_scales: Sequence[float] = features.PAPER_TIME_SCALES,
-    feature_set: str = "paper",
-    use_momentum: bool = True,
-    use_time: bool = True,
-    step_scale_lin: float = STEP_SCALE,
-    step_scale_exp: float = STEP_SCALE,
-    normalizer_epsilon: float = features.NORMALIZER_EPSILON,
-    implementation: str = "fast",
-    time_max_step: int | None = None,
-    weight_decay: float = 0.0,
-    weight_decay_start: int = 0,
-    output_init_scale: float = 1.0,
-    momentum_init: float | None = None,
-    gate_growth: bool = False,
-    max_step_rms: float | None = None,
-  ):
+  @gin_config.takes_fields_of(mlp_options.MLPLOptOptions)
+  def __init__(self, **options: object) -> None:
     """Makes the learned optimizer.
 
     Args:
-      hidden_size: ReLU units of the hidden layer (32).
-      decays: momentum decays (0.5, 0.9, 0.99, 0.999, 0.9999).
-      time_scales: eta of the time features tanh(t / eta - 1); 9 log-spaced in [3, 3e5].
-      feature_set: "paper" (7 normalised columns) or "original_code" (22, the authors' code).
-      use_momentum: False drops the momentum columns ("No Mom" ablation; paper features only).
-      use_time: False drops the time features ("No Time" ablation).
-      step_scale_lin: lambda_lin in w - lambda_lin * o_dir * exp(lambda_exp * o_mag).
-      step_scale_exp: lambda_exp.
-      normalizer_epsilon: epsilon of the second-moment normaliser (1e-5).
-      implementation: what `opt_fn` returns: "fast" (the folded update of fast_update.py) or
-        "reference" (the same update written out per tensor, to time or check against; see the
-        module docstring).
-      time_max_step: None (the paper) or the step the time features stop at: they read
-        min(t, time_max_step), e.g. the horizon the optimizer was outer-trained on, so that a
-        longer run keeps the time features of its last trained step (docs/longer_unrolls.md).
-      weight_decay: 0 (the paper), or lambda of a decoupled weight decay added to the learned
-        step, w_t+1 = w_t - step - lambda * w_t (docs/longer_unrolls.md).
-      weight_decay_start: the first step t the weight decay acts at.
-      output_init_scale: multiplies the initial output layer's stddev (1: the paper). 0 starts
-        from theta whose steps are all zero.
-      momentum_init: None (the paper), or c: theta starts as normalised momentum SGD, o_dir =
-        c * m_0.9 / rms(m_0.9): hidden units 0 and 1 read +m_0.9 and -m_0.9 alone and the output
-        reads c * (unit 0 - unit 1); the other units start as the paper's with their output
-        weights scaled by output_init_scale. Paper features with momentum only.
-      gate_growth: False (the paper), or True: an element's step that would grow |w| is zeroed
-        unless the gradient points that way (fast_update.gate_growth).
-      max_step_rms: None (the paper), or the largest root mean square of a tensor's step; a
-        larger step is scaled down to it (fast_update.step_rms_factor).
+      **options: any of the fields of mlp_options.MLPLOptOptions, which documents them.
 
     Raises:
-      ValueError: an unknown feature set or implementation, or an ablation of the original-code
-        feature set.
+      TypeError: an unknown option.
+      ValueError: an option value MLPLOptOptions refuses.
     """
-    if feature_set not in FEATURE_SETS:
-      raise ValueError(f"Unknown feature_set {feature_set!r}; expected one of {FEATURE_SETS}.")
-    if implementation not in IMPLEMENTATIONS:
-      raise ValueError(
-        f"Unknown implementation {implementation!r}; expected one of {IMPLEMENTATIONS}."
-      )
-    if feature_set == "original_code" and not use_momentum:
-      raise ValueError("use_momentum=False is an ablation of feature_set='paper' only.")
-    self.hidden_size = int(hidden_size)
-    self.decays = tuple(float(d) for d in decays)
-    self.time_scales = tuple(float(t) for t in time_scales) if use_time else ()
-    self.feature_set = feature_set
-    self.use_momentum = bool(use_momentum)
-    self.use_time = bool(use_time)
-    self.step_scale_lin = float(step_scale_lin)
-    self.step_scale_exp = float(step_scale_exp)
-    self.normalizer_epsilon = float(normalizer_epsilon)
-    self.implementation = implementation
-    self.time_max_step = None if time_max_step is None else int(time_max_step)
-    self.weight_decay = float(weight_decay)
-    self.weight_decay_start = int(weight_decay_start)
-    self.output_init_scale = float(output_init_scale)
-    self.momentum_init = None if momentum_init is None else float(momentum_init)
-    self.gate_growth = bool(gate_growth)
-    self.max_step_rms = None if max_step_rms is None else float(max_step_rms)
-    if self.momentum_init is not None and (feature_set != "paper" or not use_momentum):
-      raise ValueError("momentum_init needs feature_set='paper' with use_momentum=True.")
+    self.options = mlp_options.MLPLOptOptions(**options)
+
+  def __getattr__(self, name: str) -> object:
+    if name in mlp_options.NAMES:
+      return getattr(self.__dict__["options"], name)
+    raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
   @property
   def num_normalized_inputs(self) -> int:
@@ -366,23 +305,6 @@ class MLPLOpt(base.LearnedOptimizer):
   def num_inputs(self) -> int:
     """Inputs of the MLP: the normalised columns, then the time features."""
     return self.num_normalized_inputs + len(self.time_scales)
-
-  @property
-  def update_config(self) -> fast_update.UpdateConfig:
-    """The hyperparameters the fast update reads (fast_update.py does not import this module)."""
-    return fast_update.UpdateConfig(
-      decays=self.decays,
-      feature_set=self.feature_set,
-      use_momentum=self.use_momentum,
-      time_scales=self.time_scales,
-      use_time=self.use_time,
-      normalizer_epsilon=self.normalizer_epsilon,
-      step_scale_lin=self.step_scale_lin,
-      step_scale_exp=self.step_scale_exp,
-      time_max_step=self.time_max_step,
-      gate_growth=self.gate_growth,
-      max_step_rms=self.max_step_rms,
-    )
 
   def columns(self, grad: tf.Tensor, param: tf.Tensor, momenta: tf.Tensor) -> tf.Tensor:
     """The feature columns of one tensor, before normalisation: [*param.shape, columns].

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import gin
 import tensorflow as tf
 
-from task_specific_learned_opt import nests
+from task_specific_learned_opt import gin_config, nests
 from task_specific_learned_opt.optimizers import hand_designed
 
 
@@ -36,17 +36,15 @@ class Adam(hand_designed.HandDesignedOptimizer):
 
   name = "adam"
 
+  @gin_config.takes_fields_of(hand_designed.RegDecay)
   def __init__(
     self,
     learning_rate: hand_designed.HParam = 1e-3,
     beta1: hand_designed.HParam = 0.9,
     beta2: hand_designed.HParam = 0.999,
     epsilon: hand_designed.HParam = 1e-8,
-    linear_decay: hand_designed.HParam = 0.0,
-    exponential_decay: hand_designed.HParam = 0.0,
-    l1: hand_designed.HParam = 0.0,
-    l2: hand_designed.HParam = 0.0,
-  ):
+    **reg_decay: hand_designed.HParam,
+  ) -> None:
     """Builds the rule.
 
     Args:
@@ -54,12 +52,9 @@ class Adam(hand_designed.HandDesignedOptimizer):
       beta1: decay of the first moment.
       beta2: decay of the second moment.
       epsilon: added to sqrt(v_hat) in the denominator.
-      linear_decay: slope of the linear learning-rate decay, per step.
-      exponential_decay: rate of the exponential learning-rate decay, per step.
-      l1: coefficient of the l1 penalty sum|w|.
-      l2: coefficient of the l2 penalty sum(w^2) / 2.
+      **reg_decay: hand_designed.RegDecay's linear_decay, exponential_decay, l1 and l2.
     """
-    super().__init__(learning_rate, linear_decay, exponential_decay, l1, l2)
+    super().__init__(learning_rate, **reg_decay)
     self.beta1 = beta1
     self.beta2 = beta2
     self.epsilon = epsilon

@@ -3,7 +3,8 @@
 The paper's tuned baselines (Sec. 4.4, App. F) add to a base rule (SGD+Momentum, RMSProp, Adam) a
 learning-rate schedule with linear and exponential decay, and l1/l2 penalties added to the inner
 loss. Both are pure functions here; `HandDesignedOptimizer` applies them around a subclass's
-`_apply`, so every baseline has the same five common hyper-parameters:
+`_apply`, so every baseline has the same five common hyper-parameters (the learning rate and
+`RegDecay`'s four):
 
   g_t  = g + l1 sign(w) + l2 w
   lr_t = learning_rate * max(0, 1 - linear_decay t) * exp(-exponential_decay t)
@@ -15,6 +16,7 @@ gradients flow to them through the updates.
 """
 
 import abc
+import dataclasses
 
 import tensorflow as tf
 
@@ -98,36 +100,49 @@ def add_regularization(
   return grads
 
 
+@dataclasses.dataclass(frozen=True)
+class RegDecay:
+  """The "+Reg+Decay" hyper-parameters every baseline adds to its base rule (Sec. 4.4, App. F).
+
+  Each rule takes them as keywords after its own (`Adam(learning_rate, beta1, ..., l2=1e-4)`,
+  gin_config.takes_fields_of); 0 leaves the term out of the graph.
+
+  Attributes:
+    linear_decay: slope of the linear learning-rate decay, per step.
+    exponential_decay: rate of the exponential learning-rate decay, per step.
+    l1: coefficient of the l1 penalty sum|w|.
+    l2: coefficient of the l2 penalty sum(w^2) / 2.
+  """
+
+  linear_decay: HParam = 0.0
+  exponential_decay: HParam = 0.0
+  l1: HParam = 0.0
+  l2: HParam = 0.0
+
+
 class HandDesignedOptimizer(base.Optimizer):
   """A base rule plus the common schedule and l1/l2 penalties of the tuned baselines.
 
   `update` regularises the gradients with `add_regularization`, computes lr_t with
   `learning_rate_at`, calls the subclass's `_apply` and increments `iteration`, an int32 scalar
-  tensor that is 0 in the state returned by `init`.
+  tensor that is 0 in the state returned by `init`. The RegDecay fields are readable as
+  attributes (`opt.l2`).
   """
 
-  def __init__(
-    self,
-    learning_rate: HParam,
-    linear_decay: HParam = 0.0,
-    exponential_decay: HParam = 0.0,
-    l1: HParam = 0.0,
-    l2: HParam = 0.0,
-  ):
+  def __init__(self, learning_rate: HParam, **reg_decay: HParam) -> None:
     """Stores the common hyper-parameters.
 
     Args:
       learning_rate: the base learning rate.
-      linear_decay: slope of the linear learning-rate decay, per step.
-      exponential_decay: rate of the exponential learning-rate decay, per step.
-      l1: coefficient of the l1 penalty sum|w|.
-      l2: coefficient of the l2 penalty sum(w^2) / 2.
+      **reg_decay: the fields of RegDecay, which documents them.
+
+    Raises:
+      TypeError: a keyword that is not a field of RegDecay.
     """
     self.learning_rate = learning_rate
-    self.linear_decay = linear_decay
-    self.exponential_decay = exponential_decay
-    self.l1 = l1
-    self.l2 = l2
+    self.reg_decay = RegDecay(**reg_decay)
+    for field in dataclasses.fields(RegDecay):
+      setattr(self, field.name, getattr(self.reg_decay, field.name))
 
   def update(
     self, state: base.OptState, grads: nests.Params, loss: tf.Tensor | None = None

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import gin
 import tensorflow as tf
 
-from task_specific_learned_opt import nests
+from task_specific_learned_opt import gin_config, nests
 from task_specific_learned_opt.optimizers import hand_designed
 
 
@@ -31,28 +31,23 @@ class RMSProp(hand_designed.HandDesignedOptimizer):
 
   name = "rmsprop"
 
+  @gin_config.takes_fields_of(hand_designed.RegDecay)
   def __init__(
     self,
     learning_rate: hand_designed.HParam,
     decay: hand_designed.HParam = 0.9,
     epsilon: hand_designed.HParam = 1e-8,
-    linear_decay: hand_designed.HParam = 0.0,
-    exponential_decay: hand_designed.HParam = 0.0,
-    l1: hand_designed.HParam = 0.0,
-    l2: hand_designed.HParam = 0.0,
-  ):
+    **reg_decay: hand_designed.HParam,
+  ) -> None:
     """Builds the rule.
 
     Args:
       learning_rate: the base learning rate.
       decay: the decay of the running mean of squared gradients.
       epsilon: added to sqrt(v) in the denominator.
-      linear_decay: slope of the linear learning-rate decay, per step.
-      exponential_decay: rate of the exponential learning-rate decay, per step.
-      l1: coefficient of the l1 penalty sum|w|.
-      l2: coefficient of the l2 penalty sum(w^2) / 2.
+      **reg_decay: hand_designed.RegDecay's linear_decay, exponential_decay, l1 and l2.
     """
-    super().__init__(learning_rate, linear_decay, exponential_decay, l1, l2)
+    super().__init__(learning_rate, **reg_decay)
     self.decay = decay
     self.epsilon = epsilon
 

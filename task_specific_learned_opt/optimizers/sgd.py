@@ -9,7 +9,7 @@ from typing import NamedTuple
 import gin
 import tensorflow as tf
 
-from task_specific_learned_opt import nests
+from task_specific_learned_opt import gin_config, nests
 from task_specific_learned_opt.optimizers import base, hand_designed
 
 
@@ -19,24 +19,19 @@ class SGD(hand_designed.HandDesignedOptimizer):
 
   name = "sgd"
 
+  @gin_config.takes_fields_of(hand_designed.RegDecay)
   def __init__(
     self,
     learning_rate: hand_designed.HParam,
-    linear_decay: hand_designed.HParam = 0.0,
-    exponential_decay: hand_designed.HParam = 0.0,
-    l1: hand_designed.HParam = 0.0,
-    l2: hand_designed.HParam = 0.0,
-  ):
+    **reg_decay: hand_designed.HParam,
+  ) -> None:
     """Builds the rule.
 
     Args:
       learning_rate: the base learning rate.
-      linear_decay: slope of the linear learning-rate decay, per step.
-      exponential_decay: rate of the exponential learning-rate decay, per step.
-      l1: coefficient of the l1 penalty sum|w|.
-      l2: coefficient of the l2 penalty sum(w^2) / 2.
+      **reg_decay: hand_designed.RegDecay's linear_decay, exponential_decay, l1 and l2.
     """
-    super().__init__(learning_rate, linear_decay, exponential_decay, l1, l2)
+    super().__init__(learning_rate, **reg_decay)
 
   def init(self, params: nests.Params) -> base.ParamsState:
     """The state before the first step.
@@ -80,28 +75,23 @@ class Momentum(hand_designed.HandDesignedOptimizer):
 
   name = "momentum"
 
+  @gin_config.takes_fields_of(hand_designed.RegDecay)
   def __init__(
     self,
     learning_rate: hand_designed.HParam,
     momentum: hand_designed.HParam = 0.9,
     nesterov: bool = False,
-    linear_decay: hand_designed.HParam = 0.0,
-    exponential_decay: hand_designed.HParam = 0.0,
-    l1: hand_designed.HParam = 0.0,
-    l2: hand_designed.HParam = 0.0,
-  ):
+    **reg_decay: hand_designed.HParam,
+  ) -> None:
     """Builds the rule.
 
     Args:
       learning_rate: the base learning rate.
       momentum: the decay mu of the momentum accumulator.
       nesterov: whether to take the Nesterov step; a Python bool, as it changes the graph.
-      linear_decay: slope of the linear learning-rate decay, per step.
-      exponential_decay: rate of the exponential learning-rate decay, per step.
-      l1: coefficient of the l1 penalty sum|w|.
-      l2: coefficient of the l2 penalty sum(w^2) / 2.
+      **reg_decay: hand_designed.RegDecay's linear_decay, exponential_decay, l1 and l2.
     """
-    super().__init__(learning_rate, linear_decay, exponential_decay, l1, l2)
+    super().__init__(learning_rate, **reg_decay)
     self.momentum = momentum
     self.nesterov = nesterov
 

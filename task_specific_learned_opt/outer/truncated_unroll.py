@@ -69,7 +69,7 @@ class Unroll(NamedTuple):
 
 def data_seeds(seed: random_seeds.SeedLike) -> tuple[tf.Tensor, tf.Tensor]:
   """The training-batch and validation-batch seeds of an inner run's data stream."""
-  return random_seeds.fold_in(seed, 0), random_seeds.fold_in(seed, 1)
+  return random_seeds.stream(seed, "unroll_train"), random_seeds.stream(seed, "unroll_valid")
 
 
 class _SegmentInputs(NamedTuple):

@@ -20,9 +20,8 @@ from typing import NamedTuple
 import numpy as np
 from absl import logging
 
-from task_specific_learned_opt import errors, files, gin_config
-from task_specific_learned_opt.distributed import evaluator_role, launch, progress
-from task_specific_learned_opt.distributed import train_dir as train_dir_lib
+from task_specific_learned_opt import errors, files, gin_config, layout
+from task_specific_learned_opt.distributed import launch, progress
 
 DONE_FILENAME = "done.json"
 LOG_FILENAME = "train.log"
@@ -102,7 +101,7 @@ def _mark_done(
   """
   records = progress.read_records(run.train_dir)
   inner_steps = records[-1]["inner_steps"] if records else 0
-  if not os.path.exists(os.path.join(run.train_dir, train_dir_lib.FINISHED_FILENAME)):
+  if not os.path.exists(os.path.join(run.train_dir, layout.FINISHED_FILENAME)):
     raise AblationError(
       f"{run.name} seed {run.seed} stopped before its end; run the study again to resume it "
       f"(see {run.train_dir}/{LOG_FILENAME})."
@@ -126,9 +125,9 @@ def _mark_done(
 def _share_reference(run: Run, runs: Sequence[Run]) -> None:
   """Gives `run` a finished sibling's evaluator reference (the same tasks: it is reused only if
   its settings match, evaluator.Evaluator.reference), so it is computed once per configuration."""
-  mine = os.path.join(run.train_dir, evaluator_role.REFERENCE_FILENAME)
+  mine = os.path.join(run.train_dir, layout.EVALUATION_REFERENCE_FILENAME)
   for other in runs:
-    theirs = os.path.join(other.train_dir, evaluator_role.REFERENCE_FILENAME)
+    theirs = os.path.join(other.train_dir, layout.EVALUATION_REFERENCE_FILENAME)
     if other.name == run.name and os.path.exists(theirs) and not os.path.exists(mine):
       shutil.copyfile(theirs, mine)
 

@@ -7,6 +7,7 @@ import os
 import gin
 import pytest
 
+from task_specific_learned_opt import layout
 from task_specific_learned_opt.cli import configurables  # noqa: F401 - registers the gin names.
 from task_specific_learned_opt.distributed import chief_files, outer_training
 from task_specific_learned_opt.distributed import train_dir as train_dir_lib
@@ -43,7 +44,7 @@ def _snapshot(directory):
 
 def test_a_train_dir_refuses_another_experiment_and_changes_nothing(tmp_path):
   _files(tmp_path, "Chief.learning_rate = 0.003\nouter_training.batch_size = 4", steps=3)
-  saved = json.load(open(tmp_path / train_dir_lib.EXPERIMENT_FILENAME))
+  saved = json.load(open(tmp_path / layout.EXPERIMENT_FILENAME))
   assert saved["bindings"]["Chief.learning_rate"] == "0.003"
   before = _snapshot(tmp_path)
   with pytest.raises(train_dir_lib.ExperimentChangedError) as error:
@@ -67,7 +68,7 @@ def test_how_long_how_often_and_how_fast_may_change_on_resume(tmp_path):
   )
   files = _files(tmp_path, resumable)
   assert files.chief.step == 2
-  assert not os.path.exists(tmp_path / train_dir_lib.EXPERIMENT_CHANGES_FILENAME)
+  assert not os.path.exists(tmp_path / layout.EXPERIMENT_CHANGES_FILENAME)
 
 
 def test_a_changed_experiment_resumes_on_purpose_and_is_recorded(tmp_path):
@@ -77,7 +78,7 @@ def test_a_changed_experiment_resumes_on_purpose_and_is_recorded(tmp_path):
   changes = [json.loads(line) for line in open(tmp_path / "experiment_changes.jsonl")]
   assert changes[0]["until_outer_step"] == 4
   assert changes[0]["experiment"]["bindings"]["Chief.learning_rate"] == "0.003"
-  now = json.load(open(tmp_path / train_dir_lib.EXPERIMENT_FILENAME))
+  now = json.load(open(tmp_path / layout.EXPERIMENT_FILENAME))
   assert now["bindings"]["Chief.learning_rate"] == "0.001"
   _files(tmp_path, "Chief.learning_rate = 0.001")  # The new experiment is the train dir's now.
 
@@ -90,7 +91,7 @@ def test_other_theta_shapes_are_refused_even_on_purpose(tmp_path):
 
 def test_an_unreadable_experiment_record_is_named(tmp_path):
   _files(tmp_path, steps=1)
-  (tmp_path / train_dir_lib.EXPERIMENT_FILENAME).write_text("{not json")
+  (tmp_path / layout.EXPERIMENT_FILENAME).write_text("{not json")
   with pytest.raises(train_dir_lib.CheckpointError, match="Cannot read .*experiment.json"):
     _files(tmp_path)
 
@@ -106,7 +107,7 @@ def test_the_lineage_of_theta_survives_restarts(tmp_path):
 
 def test_a_train_dir_recorded_under_the_chiefs_old_binding_names_resumes(tmp_path):
   _files(tmp_path, "outer_training.batch_size = 4\nouter_training.estimator = 'es'", steps=2)
-  path = tmp_path / train_dir_lib.EXPERIMENT_FILENAME
+  path = tmp_path / layout.EXPERIMENT_FILENAME
   saved = json.load(open(path))
   for name in ("batch_size", "estimator"):  # As a run before the settings moved wrote it.
     saved["bindings"][f"Chief.{name}"] = saved["bindings"].pop(f"outer_training.{name}")
@@ -119,7 +120,7 @@ def test_a_train_dir_recorded_under_the_chiefs_old_binding_names_resumes(tmp_pat
 
 def test_experiment_json_is_written_as_before(tmp_path):
   _files(tmp_path, "outer_training.batch_size = 4")
-  text = (tmp_path / train_dir_lib.EXPERIMENT_FILENAME).read_text()
+  text = (tmp_path / layout.EXPERIMENT_FILENAME).read_text()
   record = json.loads(text)
   assert text == json.dumps(record, indent=1, sort_keys=True)
   assert record["bindings"]["outer_training.batch_size"] == "4"

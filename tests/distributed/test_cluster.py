@@ -20,10 +20,9 @@ import pytest
 import tensorflow as tf
 import testing_utils
 
-from task_specific_learned_opt import checkpoints
+from task_specific_learned_opt import checkpoints, layout
 from task_specific_learned_opt.distributed import (
   cluster,
-  evaluator_role,
   launch,
   outer_training,
   progress,
@@ -201,7 +200,7 @@ def test_two_workers_a_killed_worker_and_a_mismatched_one(request, make_cluster)
   assert "Training finished" in c.log("chief")
   assert "worker 0 leaves" in c.log("worker0")
   theta = checkpoints.load_theta(
-    os.path.join(c.train_dir, checkpoints.THETA_DIRNAME), mlp_lopt.MLPLOpt()
+    os.path.join(c.train_dir, layout.THETA_DIRNAME), mlp_lopt.MLPLOpt()
   )
   assert not np.array_equal(
     tf.nest.flatten(theta)[0], tf.nest.flatten(mlp_lopt.MLPLOpt().init(0))[0]
@@ -234,7 +233,7 @@ def test_a_chief_restarted_at_once_resumes_and_its_workers_carry_on(request, mak
 
 
 def tf_latest_step(train_dir):
-  path = tf.train.latest_checkpoint(os.path.join(train_dir, checkpoints.CHECKPOINT_DIRNAME))
+  path = tf.train.latest_checkpoint(os.path.join(train_dir, layout.CHECKPOINT_DIRNAME))
   return None if path is None else path.rsplit("-", 1)[1]
 
 
@@ -302,7 +301,7 @@ def test_launch_local_runs_a_chief_and_workers_to_the_end(request, tmp_path):
   for name in ("worker0", "worker1"):
     assert "The chief has finished" in (train_dir / "logs" / f"{name}.log").read_text()
   # The evaluator evaluated every snapshot (steps 0, 2 and the last, 3), then left on its own.
-  with open(train_dir / evaluator_role.PROGRESS_FILENAME) as f:
+  with open(train_dir / layout.EVALUATION_PROGRESS_FILENAME) as f:
     assert [json.loads(line)["outer_step"] for line in f] == [0, 2, 3]
   log = (train_dir / "logs" / "evaluator.log").read_text()
   assert "every snapshot is evaluated" in log and "Traceback" not in log

@@ -20,12 +20,12 @@ import pytest
 import tensorflow as tf
 import testing_utils
 
+from harness import hosts
 from task_specific_learned_opt import checkpoints, files, gin_config
 from task_specific_learned_opt.cli import common
 from task_specific_learned_opt.distributed import (
   chief_files,
   evaluator_role,
-  hosts,
   local,
   outer_training,
 )

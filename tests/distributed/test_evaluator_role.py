@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import testing_utils
 
-from task_specific_learned_opt import checkpoints, files
+from task_specific_learned_opt import checkpoints, files, layout
 from task_specific_learned_opt.cli import configurables  # noqa: F401
 from task_specific_learned_opt.distributed import (
   cluster_spec,
@@ -16,7 +16,6 @@ from task_specific_learned_opt.distributed import (
   local,
   outer_training,
 )
-from task_specific_learned_opt.distributed import train_dir as train_dir_lib
 from task_specific_learned_opt.evaluation import held_out, tuning
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.outer import schedules
@@ -69,7 +68,7 @@ def count_references(monkeypatch):
 def test_in_process_evaluation_of_every_snapshot_equals_bin_eval(tmp_path, count_references):
   _train(tmp_path, 5, evaluate=True)
   # Snapshots at step 0, every 2 steps, and the last step.
-  assert list(train_dir_lib.snapshots(str(tmp_path))) == [0, 2, 4, 5]
+  assert list(layout.snapshots(str(tmp_path))) == [0, 2, 4, 5]
   records = evaluator_role.read_progress(str(tmp_path))
   assert [r["outer_step"] for r in records] == [0, 2, 4, 5]
   assert [r["inner_steps"] for r in records] == [0, 16, 32, 40]  # 2 samples of K = 4 a step.
@@ -81,10 +80,10 @@ def test_in_process_evaluation_of_every_snapshot_equals_bin_eval(tmp_path, count
     _evaluator(tmp_path).reference(), evaluator_role.read_reference(str(tmp_path))
   )
   assert len(count_references) == 2
-  assert (tmp_path / evaluator_role.PLOT_FILENAME).exists()
-  assert os.listdir(tmp_path / evaluator_role.SUMMARY_DIRNAME)
+  assert (tmp_path / layout.EVALUATION_PLOT_FILENAME).exists()
+  assert os.listdir(tmp_path / layout.EVALUATION_SUMMARY_DIRNAME)
   # bin/eval's numbers for the last snapshot on the same held-out tasks, inits and seed.
-  snapshot = train_dir_lib.snapshot_dir(str(tmp_path), 5)
+  snapshot = layout.snapshot_dir(str(tmp_path), 5)
   gin.clear_config()
   result = held_out.evaluate(
     str(tmp_path / "eval"),
@@ -130,11 +129,11 @@ def test_snapshots_of_steps_a_restarted_chief_dropped_are_removed_and_reevaluate
   # A snapshot of step 3 from a branch the checkpoint (step 2) does not hold: a chief killed
   # after keeping it and before checkpointing. The restarted chief removes it, and keeps its own
   # step 3 with a new id, which the evaluator evaluates again.
-  dropped = train_dir_lib.snapshot_dir(str(tmp_path), 3)
+  dropped = layout.snapshot_dir(str(tmp_path), 3)
   checkpoints.save_theta(dropped, LOPT.init(1), info={"outer_step": 3, "snapshot_id": "lost"})
   evaluator.run_pending()
   _train(tmp_path, 3, snapshot_every=1)
-  info = files.read_json(os.path.join(dropped, checkpoints.THETA_INFO_FILENAME))
+  info = files.read_json(os.path.join(dropped, layout.THETA_INFO_FILENAME))
   assert info["snapshot_id"] != "lost"
   assert evaluator.run_pending() == 1
   current = evaluator_role.current_records(str(tmp_path))
@@ -146,7 +145,7 @@ def test_the_evaluator_watches_until_the_chief_has_finished(tmp_path):
   _train(tmp_path, 2)
   evaluator = _evaluator(tmp_path)
   assert evaluator.watch(poll_secs=0.01) == 2  # Steps 0 and 2; the chief had finished.
-  os.remove(tmp_path / train_dir_lib.FINISHED_FILENAME)  # As while a chief is still running:
+  os.remove(tmp_path / layout.FINISHED_FILENAME)  # As while a chief is still running:
   polls = []
   evaluated = evaluator.watch(poll_secs=0.01, should_stop=lambda: len(polls.append(1) or polls) > 3)
   assert evaluated == 0 and len(polls) == 4  # it keeps watching.

@@ -19,6 +19,7 @@ from absl import flags
 from task_specific_learned_opt import (
   checkpoints,  # noqa: F401
   gin_config,  # noqa: F401
+  layout,
   nests,
 )
 from task_specific_learned_opt.cli import configurables  # noqa: F401
@@ -63,7 +64,7 @@ def _train(
 
 def _theta(train_dir, lopt=None):
   return checkpoints.load_theta(
-    os.path.join(str(train_dir), checkpoints.THETA_DIRNAME), lopt or mlp_lopt.MLPLOpt()
+    os.path.join(str(train_dir), layout.THETA_DIRNAME), lopt or mlp_lopt.MLPLOpt()
   )
 
 
@@ -204,8 +205,8 @@ def test_pes_quickstart_gin_trains_in_local_mode(tmp_path, monkeypatch):
 def test_outputs_are_written(tmp_path):
   _train(tmp_path, 2)
   assert glob.glob(str(tmp_path / "events.out.tfevents.*"))
-  assert os.path.getsize(tmp_path / train_dir_lib.PLOT_FILENAME) > 1000
-  assert tf.train.latest_checkpoint(str(tmp_path / checkpoints.CHECKPOINT_DIRNAME)).endswith("-2")
+  assert os.path.getsize(tmp_path / layout.PLOT_FILENAME) > 1000
+  assert tf.train.latest_checkpoint(str(tmp_path / layout.CHECKPOINT_DIRNAME)).endswith("-2")
   record = _records(tmp_path)[-1]
   for key in ("outer_loss", "rp_variance", "es_variance", "es_weight", "samples_per_second"):
     assert np.isfinite(record[key])
@@ -219,13 +220,13 @@ def test_a_checkpoint_of_another_experiment_is_refused(tmp_path):
 
 def test_a_damaged_checkpoint_is_refused_and_left_in_place(tmp_path):
   _train(tmp_path, 1)
-  data_files = glob.glob(str(tmp_path / checkpoints.CHECKPOINT_DIRNAME / "*.data-*"))
+  data_files = glob.glob(str(tmp_path / layout.CHECKPOINT_DIRNAME / "*.data-*"))
   with open(data_files[0], "r+b") as f:
     f.truncate(16)
-  before = sorted(os.listdir(tmp_path / checkpoints.CHECKPOINT_DIRNAME))
+  before = sorted(os.listdir(tmp_path / layout.CHECKPOINT_DIRNAME))
   with pytest.raises(train_dir_lib.CheckpointError, match="damaged"):
     _train(tmp_path, 2)
-  assert sorted(os.listdir(tmp_path / checkpoints.CHECKPOINT_DIRNAME)) == before
+  assert sorted(os.listdir(tmp_path / layout.CHECKPOINT_DIRNAME)) == before
 
 
 SMOKE = [
@@ -259,15 +260,15 @@ def test_bin_train_local_main(tmp_path, capsys):
   binary.main(argv[:1])
   assert [r["outer_step"] for r in _records(tmp_path)] == [1, 2]
   assert "outer_training.batch_size = 2" in open(tmp_path / "operative_config.gin").read()
-  assert os.path.exists(tmp_path / checkpoints.THETA_DIRNAME / checkpoints.THETA_INFO_FILENAME)
+  assert os.path.exists(tmp_path / layout.THETA_DIRNAME / layout.THETA_INFO_FILENAME)
   # It ends with the comparison against learning-rate-tuned Adam on held-out tasks.
   output = capsys.readouterr().out
   assert "learned vs adam (lr tuned per task on train loss) on 2 held-out tasks, 6 steps" in output
   # And the shipped theta beside it, on the same runs.
   assert "shipped vs adam (lr tuned per task on train loss) on 2 held-out tasks, 6 steps" in output
-  saved = json.load(open(tmp_path / local.EVAL_DIRNAME / "evaluation.json"))
+  saved = json.load(open(tmp_path / layout.EVAL_DIRNAME / "evaluation.json"))
   assert len(saved["tuned_learning_rates"]["adam (lr tuned per task on train loss)"]) == 2
-  assert os.path.getsize(tmp_path / local.EVAL_DIRNAME / "curves.png") > 5000
+  assert os.path.getsize(tmp_path / layout.EVAL_DIRNAME / "curves.png") > 5000
 
 
 def _launch(train_dir, steps, extra=()):
@@ -292,7 +293,7 @@ def _launch(train_dir, steps, extra=()):
 def _wait_for_steps(train_dir, steps, process, timeout=240):
   deadline = time.time() + timeout
   while time.time() < deadline:
-    path = os.path.join(str(train_dir), train_dir_lib.PROGRESS_FILENAME)
+    path = os.path.join(str(train_dir), layout.PROGRESS_FILENAME)
     if os.path.exists(path) and len(_records(train_dir)) >= steps:
       return
     assert process.poll() is None, process.stdout.read().decode()[-2000:]
@@ -333,7 +334,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_0(tmp_path):
   assert "Traceback" not in output
   last_step = _records(tmp_path)[-1]["outer_step"]
   assert last_step < 1000  # ...before the end...
-  latest = tf.train.latest_checkpoint(str(tmp_path / checkpoints.CHECKPOINT_DIRNAME))
+  latest = tf.train.latest_checkpoint(str(tmp_path / layout.CHECKPOINT_DIRNAME))
   assert latest.endswith(f"-{last_step}")  # ...with the last finished step saved.
 
 

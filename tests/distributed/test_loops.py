@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from task_specific_learned_opt import checkpoints, nests
+from task_specific_learned_opt import checkpoints, layout, nests
 from task_specific_learned_opt import files as files_lib
 from task_specific_learned_opt.distributed import (
   base,
@@ -171,7 +171,7 @@ def test_sigterm_stops_the_chief_loop_between_steps_and_it_saves(tmp_path):
     signal.signal(signal.SIGTERM, previous)
   # The loop stopped once that sample was made, without waiting for the rest of the batch...
   assert files.chief.step == 2 and len(samples) == 5
-  latest = tf.train.latest_checkpoint(os.path.join(str(tmp_path), checkpoints.CHECKPOINT_DIRNAME))
+  latest = tf.train.latest_checkpoint(os.path.join(str(tmp_path), layout.CHECKPOINT_DIRNAME))
   assert latest.endswith("-2")  # ...and saved the last step.
   assert [r["outer_step"] for r in progress.read_records(str(tmp_path))] == [1, 2]
 

@@ -1,5 +1,7 @@
 """The experiment record: its estimator and batch size reach the chief; what makes it the same."""
 
+import dataclasses
+import inspect
 import json
 import os
 
@@ -88,3 +90,24 @@ def test_settings_of_speed_and_evaluation_leave_it_the_same_experiment():
   gin_config.parse(["gin/quickstart.gin"], ["Chief.learning_rate = 0.01"])
   changed = outer_training.experiment_record(theta)
   assert "Chief.learning_rate" in outer_training.differences(changed, now)
+
+
+def test_outer_training_takes_exactly_the_records_fields_each_documented():
+  parameters = inspect.signature(outer_training.outer_training).parameters
+  fields = dataclasses.fields(outer_training.OuterTraining)
+  assert list(parameters) == [field.name for field in fields]
+  for field in fields:
+    required = field.default is dataclasses.MISSING
+    assert parameters[field.name].default == (gin.REQUIRED if required else field.default)
+    assert f"    {field.name}: " in outer_training.OuterTraining.__doc__, field.name
+
+
+def test_a_binding_that_names_no_field_fails_when_parsed():
+  with pytest.raises(ValueError, match="num_outer_step"):
+    gin.parse_config("outer_training.num_outer_step = 3")
+  gin.parse_config(
+    "outer_training.family = @QuadraticFamily()\nouter_training.lopt = @MLPLOpt()\n"
+    "outer_training.num_outer_steps = 3"
+  )
+  setup = outer_training.outer_training()
+  assert setup.num_outer_steps == 3 and setup.seed == 0 and isinstance(setup.lopt, mlp_lopt.MLPLOpt)

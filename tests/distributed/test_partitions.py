@@ -1,6 +1,6 @@
 """Network partitions: a chief and workers each on a host of their own, links cut and healed.
 
-Every process runs in its own network namespace on a private subnet (distributed/netns.py); a
+Every process runs in its own network namespace on a private subnet (harness/netns.py); a
 partition is a host's link taken down, healed by bringing it up. The expected behaviour of each
 fault is written down in docs/cluster.md ("Partitions"); these tests check it. Where namespaces
 cannot be made (not root, no `ip`), they skip with the reason.
@@ -16,7 +16,7 @@ import time
 import pytest
 import testing_utils
 
-from task_specific_learned_opt.distributed import hosts, netns
+from harness import hosts, netns
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 
 GIN = [os.path.join(testing_utils.REPO, "gin", "quickstart.gin")]

@@ -175,6 +175,13 @@ def test_eval_experiment_runs_end_to_end(name, tmp_path, no_network, trained):
       assert np.all(np.isfinite(losses)), (candidate, key, losses)
     for key in ("mean_loss", "mean_valid_loss", "mean_test_loss"):
       assert np.all(np.isfinite(np.asarray(results[key], dtype=float))), (candidate, key)
-  assert saved["steps"][-1] == 10
+  assert saved["steps"][0] == 0 and saved["steps"][-1] == 10
+  # Every candidate starts from the same initialisation and is measured on the same batches
+  # (the protocol's run seeds): before its first step, each has the same losses.
+  for key in ("train_loss", "test_loss"):
+    at_start = {c: np.asarray(r[key], dtype=float)[..., 0] for c, r in saved["results"].items()}
+    first = at_start[sorted(at_start)[0]]
+    for candidate, losses in at_start.items():
+      np.testing.assert_allclose(losses, first, rtol=1e-5, err_msg=f"{candidate} {key}")
   if name in MODELS:
     assert trained == {MODELS[name]}

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 import testing_utils
 
-from task_specific_learned_opt import checkpoints, inner_training, random_seeds
+from task_specific_learned_opt import checkpoints, inner_training, layout, random_seeds
 from task_specific_learned_opt.keras import lopt_options
 from task_specific_learned_opt.keras import optimizer as keras_optimizer
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
@@ -489,7 +489,7 @@ def test_from_directory_loads_an_exported_theta(tmp_path):
   lopt = mlp_lopt.MLPLOpt()
   theta = perturbed_theta(lopt)
   train_dir = os.path.join(tmp_path, "run")
-  theta_dir = os.path.join(train_dir, checkpoints.THETA_DIRNAME)
+  theta_dir = os.path.join(train_dir, layout.THETA_DIRNAME)
   checkpoints.save_theta(theta_dir, theta, info={"outer_step": 3})
   optimizer = keras_optimizer.LearnedOptimizer.from_directory(theta_dir, clipnorm=2.0)
   np.testing.assert_array_equal(optimizer.theta["hidden"]["w"], theta["hidden"]["w"])
@@ -514,7 +514,7 @@ def test_a_theta_of_the_wrong_shape_is_refused_with_one_line_naming_the_fix(
   theta = mlp_lopt.MLPLOpt(**trained_with).init(0)
   checkpoints.save_theta(str(tmp_path), theta)
   # Without theta_info.json too: the shapes are read from the checkpoint itself.
-  os.remove(os.path.join(tmp_path, checkpoints.THETA_INFO_FILENAME))
+  os.remove(os.path.join(tmp_path, layout.THETA_INFO_FILENAME))
   for make in (
     lambda: keras_optimizer.LearnedOptimizer.from_directory(str(tmp_path)),
     lambda: keras_optimizer.LearnedOptimizer(theta),

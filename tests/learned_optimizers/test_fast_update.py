@@ -53,7 +53,7 @@ def _assert_close(actual, expected, scale, rtol):
 
 def test_feature_maps_worked_numbers():
   lopt = mlp_lopt.MLPLOpt(decays=(0.5, 0.9), time_scales=())
-  b, c = fast_update.feature_maps(lopt.update_config)
+  b, c = fast_update.feature_maps(lopt.options)
   z = np.array([2.0, 3.0, 1.0, 1.0, -1.0], np.float32)  # [g, w, 1, m_0.5, m_0.9].
   # m_0.5 <- 0.5 * 1 + 0.5 * 2 = 1.5; m_0.9 <- 0.9 * (-1) + 0.1 * 2 = -0.7.
   y = b @ z
@@ -61,11 +61,11 @@ def test_feature_maps_worked_numbers():
   np.testing.assert_allclose(c @ y, [2.0, 3.0, 1.5, -0.7], rtol=1e-6)  # [g, w, m_0.5, m_0.9].
 
   no_momentum = mlp_lopt.MLPLOpt(decays=(0.5, 0.9), use_momentum=False)
-  c_no_momentum = fast_update.feature_maps(no_momentum.update_config)[1]
+  c_no_momentum = fast_update.feature_maps(no_momentum.options)[1]
   np.testing.assert_allclose(c_no_momentum @ y, [2.0, 3.0], rtol=1e-6)
 
   original = mlp_lopt.MLPLOpt(decays=(0.5, 0.9), feature_set="original_code")
-  c = fast_update.feature_maps(original.update_config)[1]
+  c = fast_update.feature_maps(original.options)[1]
   # [g, 1000 m x2, w, m x2, rms = 0 x2, rsqrt(0 + 1e-6) = 1000 x2]: 22 columns with 5 decays.
   expected = [2.0, 1500.0, -700.0, 3.0, 1.5, -0.7, 0.0, 0.0, 1000.0, 1000.0]
   np.testing.assert_allclose(c @ y, expected, rtol=1e-6)
@@ -294,7 +294,7 @@ def test_kernel_on_flat_lists_is_what_opt_fn_runs():
   opt = lopt.opt_fn(theta)
   state = opt.update(opt.init(params), grads)  # Non-zero momenta, t = 1.
   expected = opt.update(state, grads)
-  kernel = fast_update.FastUpdate(lopt.update_config, theta)
+  kernel = fast_update.FastUpdate(lopt.options, theta)
   new_params, new_momenta = kernel(
     tf.nest.flatten(state.params),
     tf.nest.flatten(grads),
@@ -340,7 +340,7 @@ def test_benchmark_variants_of_the_kernel_match_the_reference(variant, monkeypat
 
 def test_kernel_imports_no_more_than_the_features():
   """fast_update must not import mlp_lopt (which imports it) nor MLPLOpt's other dependencies
-  (the type names of nests.py aside)."""
+  (the type names of nests.py and the options record aside)."""
   tree = ast.parse(inspect.getsource(fast_update))
   imported = set()
   for node in ast.walk(tree):
@@ -351,5 +351,6 @@ def test_kernel_imports_no_more_than_the_features():
   project = {name for name in imported if name.startswith("task_specific_learned_opt")}
   assert project == {
     "task_specific_learned_opt.learned_optimizers.features",
+    "task_specific_learned_opt.learned_optimizers.mlp_options",
     "task_specific_learned_opt.nests",
   }

@@ -235,6 +235,18 @@ def test_original_code_columns_order():
 
 
 @pytest.mark.parametrize("shape", [[4], [2, 3], [3, 1, 2]])
-def test_original_code_columns_shape(shape):
-  actual = features.original_code_columns(tf.ones(shape), tf.ones(shape), tf.ones(shape + [5]))
-  assert actual.shape == tuple(shape) + (22,)
+@pytest.mark.parametrize("columns", ["paper", "original_code"])
+def test_columns_of_a_tensor_are_each_elements_own(shape, columns):
+  # Distinct values everywhere, so that a column taken from another element, or a tensor
+  # reshaped in another order, shows.
+  rng = np.random.default_rng(len(shape))
+  grad, param = (rng.normal(size=shape).astype(np.float32) for _ in range(2))
+  momenta = rng.normal(size=shape + [5]).astype(np.float32)
+  column_fn = features.paper_columns if columns == "paper" else features.original_code_columns
+  actual = column_fn(tf.constant(grad), tf.constant(param), tf.constant(momenta)).numpy()
+  assert actual.shape == tuple(shape) + ((7,) if columns == "paper" else (22,))
+  # Each element's columns are those the flattened tensor gives it: no mixing across elements.
+  flat_inputs = (grad.reshape(-1), param.reshape(-1), momenta.reshape(-1, 5))
+  flat = column_fn(*(tf.constant(x) for x in flat_inputs)).numpy()
+  np.testing.assert_array_equal(actual.reshape(flat.shape), flat)
+  np.testing.assert_array_equal(actual[..., 0], grad)  # g is column 0 in both sets.

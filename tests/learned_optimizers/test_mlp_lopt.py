@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from task_specific_learned_opt import inner_training
-from task_specific_learned_opt.learned_optimizers import features, mlp_lopt
+from task_specific_learned_opt.learned_optimizers import features, mlp_lopt, mlp_options
 from task_specific_learned_opt.tasks import quadratic
 
 DECAYS = np.array([0.5, 0.9, 0.99, 0.999, 0.9999])
@@ -172,15 +172,15 @@ def test_state_keeps_structure_dtypes_and_shapes():
   assert opt.get_params(new_state) is new_state.params
 
 
-def test_update_config_mirrors_the_hyperparameters():
+def test_options_are_the_hyperparameters():
   lopt = mlp_lopt.MLPLOpt(decays=(0.5, 0.9), use_time=False, step_scale_exp=2e-3)
-  config = lopt.update_config
-  assert config.decays == (0.5, 0.9)
-  assert config.time_scales == ()
-  assert not config.use_time
-  assert config.step_scale_exp == 2e-3
-  for name, value in config._asdict().items():
-    assert getattr(lopt, name) == value
+  options = lopt.options
+  assert options.decays == (0.5, 0.9)
+  assert options.time_scales == ()
+  assert not options.use_time
+  assert options.step_scale_exp == 2e-3
+  for name in mlp_options.NAMES:
+    assert getattr(lopt, name) == getattr(options, name)
 
 
 # Meta-parameters.

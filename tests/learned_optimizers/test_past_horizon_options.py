@@ -91,9 +91,9 @@ def test_weight_decay_subtracts_lambda_times_the_old_params_from_its_start(imple
 
 def test_update_config_and_keras_options_carry_the_options():
   lopt = mlp_lopt.MLPLOpt(time_max_step=500, weight_decay=1e-3, weight_decay_start=500)
-  assert lopt.update_config.time_max_step == 500
+  assert lopt.options.time_max_step == 500
   default = mlp_lopt.MLPLOpt()
-  assert default.update_config.time_max_step is None and default.weight_decay == 0.0
+  assert default.options.time_max_step is None and default.weight_decay == 0.0
   rebuilt = lopt_options.as_lopt(lopt_options.lopt_options(lopt))
   assert (rebuilt.time_max_step, rebuilt.weight_decay, rebuilt.weight_decay_start) == (
     500,

@@ -3,6 +3,9 @@
 Every worked-number test writes its reference update out in numpy, next to the numbers it uses.
 """
 
+import dataclasses
+import inspect
+
 import gin
 import numpy as np
 import pytest
@@ -360,3 +363,22 @@ def test_gin_binds_nesterov(clean_gin):
   opt = sgd.Momentum()
   assert opt.nesterov is True
   assert opt.learning_rate == 0.1
+
+
+@pytest.mark.parametrize("rule", [sgd.SGD, sgd.Momentum, rmsprop.RMSProp, adam.Adam])
+def test_every_rule_takes_the_reg_decay_fields_as_its_last_keywords(rule):
+  parameters = list(inspect.signature(rule).parameters.values())
+  fields = dataclasses.fields(hand_designed.RegDecay)
+  tail = parameters[-len(fields) :]
+  assert [(p.name, p.default, p.kind) for p in tail] == [
+    (field.name, field.default, inspect.Parameter.KEYWORD_ONLY) for field in fields
+  ]
+  opt = rule(learning_rate=0.1, l2=0.5, exponential_decay=0.01)
+  assert opt.reg_decay == hand_designed.RegDecay(exponential_decay=0.01, l2=0.5)
+  assert (opt.l1, opt.l2, opt.linear_decay, opt.exponential_decay) == (0.0, 0.5, 0.0, 0.01)
+  with pytest.raises(TypeError):
+    rule(learning_rate=0.1, l3=0.5)
+  gin.parse_config(f"{rule.__name__}.l1 = 0.25")
+  assert rule(learning_rate=0.1).l1 == 0.25
+  with pytest.raises(ValueError, match="l3"):
+    gin.parse_config(f"{rule.__name__}.l3 = 0.25")

@@ -6,8 +6,7 @@ import sys
 
 import pytest
 
-from task_specific_learned_opt import files
-from task_specific_learned_opt.distributed import train_dir as train_dir_lib
+from task_specific_learned_opt import files, layout
 from task_specific_learned_opt.studies import processes
 
 # A stand-in for bin/train_local: writes progress.jsonl (3 outer steps of 4 inner steps) and
@@ -56,12 +55,12 @@ def test_a_run_is_finished_for_its_budget_and_bindings_only(tmp_path):
   assert not processes.finished(run, 12)
   os.makedirs(run.train_dir)
   files.append_jsonl(
-    os.path.join(run.train_dir, train_dir_lib.PROGRESS_FILENAME),
+    os.path.join(run.train_dir, layout.PROGRESS_FILENAME),
     [{"outer_step": 1, "inner_steps": 8}, {"outer_step": 2, "inner_steps": 16}],
   )
   with pytest.raises(processes.AblationError, match="stopped before its end"):
     processes._mark_done(run, 12, 1.0)
-  files.write_json(os.path.join(run.train_dir, train_dir_lib.FINISHED_FILENAME), {})
+  files.write_json(os.path.join(run.train_dir, layout.FINISHED_FILENAME), {})
   with pytest.raises(processes.AblationError, match="stopped at 16 of 20 inner steps"):
     processes._mark_done(run, 20, 1.0)
   done = processes._mark_done(run, 12, 2.5, ["a = 1"])

@@ -58,6 +58,13 @@ def test_a_model_of_two_inputs_reads_a_dict_of_arrays():
   batch = task.batch("train", 1)
   assert batch["x"]["b"].shape == (4, 2)
   assert task.loss(task.init_params(0), batch).shape == ()
+  # Each row of the batch is one example: its "a", its "b" and its label, drawn together.
+  train = task.splits["train"]
+  rows = (batch["x"]["a"].numpy(), batch["x"]["b"].numpy(), batch["y"].numpy())
+  for a, b, y in zip(*rows, strict=True):
+    (index,) = np.flatnonzero(np.all(np.asarray(train.x["a"]) == a, axis=1))
+    np.testing.assert_array_equal(np.asarray(train.x["b"])[index], b)
+    assert np.asarray(train.y)[index] == y
 
 
 def test_a_tfds_dataset_by_name_from_mocked_data():

@@ -82,8 +82,15 @@ def test_batch_norm_normalises_each_channel():
 def test_out_of_distribution_mlps(make, input_shape, expected):
   params = make().init(0, input_shape)
   assert [tuple(params[f"layer{i}"]["w"].shape) for i in range(len(expected))] == expected
-  logits = make().apply(params, tf.zeros((5,) + input_shape))
+  inputs = np.random.default_rng(0).normal(size=(5,) + input_shape).astype(np.float32)
+  logits = make().apply(params, tf.constant(inputs)).numpy()
   assert logits.shape == (5, 10)
+  # App. E's MLP: the image flattened, ReLU hidden layers, linear logits; written out in numpy.
+  x = inputs.reshape(5, -1)
+  for i in range(len(expected)):
+    x = x @ params[f"layer{i}"]["w"].numpy() + params[f"layer{i}"]["b"].numpy()
+    x = np.maximum(x, 0.0) if i < len(expected) - 1 else x
+  np.testing.assert_allclose(logits, x, rtol=1e-4, atol=1e-5)
 
 
 def test_out_of_distribution_convnets():

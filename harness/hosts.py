@@ -22,8 +22,9 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from task_specific_learned_opt import checkpoints
-from task_specific_learned_opt.distributed import chief_update, launch, netns, progress
+from harness import netns
+from task_specific_learned_opt import checkpoints, layout
+from task_specific_learned_opt.distributed import chief_update, launch, progress
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 
@@ -234,8 +235,8 @@ def invariants(train_dir: str, lopt: lopt_base.LearnedOptimizer | None = None) -
   records = progress.read_records(train_dir)
   steps = [r["outer_step"] for r in records]
   applied = [tuple(s[:3]) for r in records for s in r.get("samples", [])]
-  exported = checkpoints.load_theta(os.path.join(train_dir, checkpoints.THETA_DIRNAME), lopt)
-  latest = tf.train.latest_checkpoint(os.path.join(train_dir, checkpoints.CHECKPOINT_DIRNAME))
+  exported = checkpoints.load_theta(layout.theta_dir(train_dir), lopt)
+  latest = tf.train.latest_checkpoint(layout.checkpoint_dir(train_dir))
   chief = chief_update.Chief(lopt)
   tf.train.Checkpoint(**chief.checkpoint_items()).read(latest).expect_partial()
   pairs = zip(tf.nest.flatten(exported), tf.nest.flatten(chief.theta_numpy()), strict=True)
