@@ -47,6 +47,14 @@ EXPERIMENTS = {
     },
     ("train", "valid"),
   ),
+  "paper_family.gin": (
+    ("adam", "rmsprop", "sgdm"),
+    {
+      "L_train": "pretrained/generated_cnn_train/theta",
+      "L_valid": "pretrained/generated_cnn_valid/theta",
+    },
+    ("train", "valid"),
+  ),
   "quickstart.gin": (("adam", "sgdm"), None),
   "out_of_family/cnn_6_layers.gin": (("adam",), SHIPPED_THETAS),
   "out_of_family/cnn_8_channels.gin": (("adam",), SHIPPED_THETAS),
