@@ -140,7 +140,13 @@ def test_five_tasks_cannot_give_a_sign_test_p_below_its_stated_floor(table):
 
 # "k of n (p = ...; difference m [low, high])", as statistics.claim writes it.
 CLAIM = re.compile(r"\d+ of \d+ \(p = [^;()]+; difference -?[\d.]+ \[-?[\d.]+, -?[\d.]+\]\)")
-DOCS = ("README.md", "docs/evaluation.md", "docs/pretrained.md", "docs/results.md")
+DOCS = (
+  "README.md",
+  "docs/evaluation.md",
+  "docs/pretrained.md",
+  "docs/results.md",
+  "docs/paper_family.md",
+)
 
 
 @pytest.mark.parametrize("name", DOCS)
@@ -207,3 +213,23 @@ def test_the_out_of_family_table_in_the_docs_is_the_shipped_one():
     table = f.read()
   with open(os.path.join(testing_utils.REPO, "docs", "evaluation.md")) as f:
     assert table in f.read()
+
+
+def test_fig6_on_the_papers_family(found, table):
+  row = table["Fig. 6 on Sec. 4.2's CNN"]
+  train = _rows(found, "paper_family", "L_train", "mean_loss")
+  assert len(train) == 4 and all(r["wins"] == r["num_tasks"] == 10 for r in train)
+  assert f"mean training loss {train[0]['learned_mean_loss']:.3f}" in row
+  assert _range([r["baseline_mean_loss"] for r in train]) in row
+  assert "10 of 10 each, p = 0.002" in row
+  assert all(statistics.format_p(r["p_value"]) == "0.002" for r in train)
+  valid = {r["baseline"]: r for r in _rows(found, "paper_family", "L_valid", "final_test_loss")}
+  assert f"final test loss {valid[f'adam {VALID}']['learned_mean_loss']:.3f}" in row
+  for kind, name in (("adam", "Adam"), ("rmsprop", "RMSProp")):
+    r = valid[f"{kind} {VALID}"]
+    assert f"{name}'s {r['baseline_mean_loss']:.3f} ({statistics.claim(r)})" in row, (
+      statistics.claim(r)
+    )
+  for kind, name in (("sgdm", "SGD+momentum"), ("adam+reg+decay", "Adam+Reg+Decay")):
+    r = next(v for b, v in valid.items() if b.startswith(kind + " "))
+    assert f"{name}'s {r['baseline_mean_loss']:.3f}" in row and r["wins"] == 10

@@ -5,7 +5,9 @@ The evaluations shipped in pretrained/ keep, for each comparison, the per-task d
 baseline, both thetas), pretrained/generated_bn_cnn_train/evaluation/evaluation.json (the L_train
 theta's first evaluation), pretrained/out_of_family/<problem>/summary.json (App. E) and
 pretrained/l_valid_alternatives/horizon_1000/evaluation_at_1000_steps/summary.json (snapshots of
-a longer-horizon L_valid run at 1,000 inner steps). From those this writes
+a longer-horizon L_valid run at 1,000 inner steps) and pretrained/paper_family/evaluation/
+summary.json (Fig. 6 on the paper's own family, Sec. 4.2's CNN without batch norm). From those
+this writes
 
   pretrained/statistics.json   one record per comparison: the evaluation, theta, baseline and
                                metric, both means and statistics.paired's statistics;
@@ -47,9 +49,10 @@ EVALUATIONS = {
   "generated_bn_cnn_train": "generated_bn_cnn_train/evaluation",
   **{f"out_of_family/{name}": f"out_of_family/{name}" for name in OUT_OF_FAMILY},
   "l_valid_alternatives/horizon_1000": "l_valid_alternatives/horizon_1000/evaluation_at_1000_steps",
+  "paper_family": "paper_family/evaluation",
 }
 # The evaluations whose histograms are shipped (Fig. 6c).
-WITH_HISTOGRAMS = ("fig6", "generated_bn_cnn_train")
+WITH_HISTOGRAMS = ("fig6", "generated_bn_cnn_train", "paper_family")
 
 
 def records(pretrained: str = PRETRAINED) -> list[dict]:
