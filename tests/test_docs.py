@@ -93,32 +93,34 @@ def _exists(path: str, doc: str, tracked: list[str]) -> bool:
   return any(t == prefix + path or t.endswith("/" + path) for prefix in prefixes for t in tracked)
 
 
+def _missing_modules(path, tracked, relative_to):
+  """ "<path>:<line> <module>" for each .py path that `path` names and that does not exist."""
+  missing = []
+  with open(path) as f:
+    for number, line in enumerate(f, 1):
+      for named in PY_PATH.findall(line):
+        if not _exists(named, path, tracked):
+          missing.append(f"{os.path.relpath(path, relative_to)}:{number} {named}")
+  return missing
+
+
 def test_no_doc_names_a_module_that_is_not_there():
   tracked = _tracked_files()
   docs = glob.glob(os.path.join(testing_utils.REPO, "docs", "*.md"))
   docs += [os.path.join(testing_utils.REPO, "README.md")]
-  missing = []
-  for doc in sorted(docs):
-    with open(doc) as f:
-      for number, line in enumerate(f, 1):
-        for path in PY_PATH.findall(line):
-          if not _exists(path, doc, tracked):
-            missing.append(f"{os.path.relpath(doc, testing_utils.REPO)}:{number} {path}")
+  missing = [m for doc in sorted(docs) for m in _missing_modules(doc, tracked, testing_utils.REPO)]
   assert not missing, missing
 
 
 def test_no_module_names_a_module_that_is_not_there():
   tracked = _tracked_files()
-  missing = []
-  for directory, _, names in os.walk(ROOT):
-    for name in names:
-      if name.endswith(".py"):
-        path = os.path.join(directory, name)
-        with open(path) as f:
-          for number, line in enumerate(f, 1):
-            for named in PY_PATH.findall(line):
-              if not _exists(named, path, tracked):
-                missing.append(f"{os.path.relpath(path, ROOT)}:{number} {named}")
+  missing = [
+    m
+    for directory, _, names in os.walk(ROOT)
+    for name in names
+    if name.endswith(".py")
+    for m in _missing_modules(os.path.join(directory, name), tracked, ROOT)
+  ]
   assert not missing, missing
 
 
