@@ -133,9 +133,26 @@ def _entry_point(configurable: str):
   return lambda _: _arguments(configurable)
 
 
+def _overlay(overlay: str, base: str):
+  """A file given after `base` (a second --gin_file): bin/eval's arguments for both files, whose
+  learned optimizer holds the overlay's options."""
+
+  def build(_: str) -> dict:
+    gin_config.parse([os.path.join(GIN_DIR, base), os.path.join(GIN_DIR, overlay)])
+    arguments = _arguments("evaluate")
+    _check_bound(arguments["lopt"].options, "MLPLOpt")
+    return arguments
+
+  return build
+
+
 # What each gin file's binary builds, by the file's path under gin/ (first match wins).
 BUILDERS = [
   ("figures/*.gin", _figure),
+  (
+    "eval/out_of_family/guarded_update.gin",
+    _overlay("eval/out_of_family/guarded_update.gin", "eval/out_of_family/mlp_2x32.gin"),
+  ),
   ("eval/*.gin", _entry_point("evaluate")),
   ("baselines/*.gin", _baseline_search),
   ("benchmark/*.gin", _entry_point("benchmark.run")),

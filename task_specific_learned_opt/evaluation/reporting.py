@@ -22,6 +22,7 @@ import csv
 import os
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -183,6 +184,40 @@ def histogram_key(comparison: dict) -> str:
 
 # The run-averaged metrics a summary keeps per task (averaged over inits).
 SUMMARY_METRICS = ("mean_loss", "mean_valid_loss", "mean_test_loss", "final_test_loss")
+# A run diverged when a measured loss is not finite or its training loss rose above this many
+# times its first measured value (the loss of the initial weights).
+DIVERGENCE_FACTOR = 2.0
+
+
+def training_check(result: Mapping[str, Any]) -> dict:
+  """Whether each run of one candidate at least trained (App. E: "still reduces the loss").
+
+  A run *trained* when its training loss at the last measured step is below the one at the first
+  (the initial weights) and it did not diverge; it *diverged* when any measured training,
+  validation or test loss is not finite, or its training loss rose above DIVERGENCE_FACTOR times
+  the first.
+
+  Args:
+    result: one candidate's results, with "<split>_loss" arrays [task, init, step].
+
+  Returns:
+    {"runs": the number of runs, "trained": runs that trained, "diverged": runs that diverged}.
+  """
+  train = np.asarray(result["train_loss"], np.float64)
+  finite = np.ones(train.shape[:-1], bool)
+  for split in protocol_lib.SPLITS:
+    finite &= np.isfinite(np.asarray(result[f"{split}_loss"], np.float64)).all(axis=-1)
+  with np.errstate(invalid="ignore"):
+    rose = np.nanmax(np.where(np.isfinite(train), train, np.inf), axis=-1) > (
+      DIVERGENCE_FACTOR * train[..., 0]
+    )
+    diverged = ~finite | rose
+    trained = ~diverged & (train[..., -1] < train[..., 0])
+  return {
+    "runs": int(train[..., 0].size),
+    "trained": int(trained.sum()),
+    "diverged": int(diverged.sum()),
+  }
 
 
 def summarize(evaluation: dict, title: str, comparisons: Sequence[dict] = ()) -> dict:
@@ -198,7 +233,7 @@ def summarize(evaluation: dict, title: str, comparisons: Sequence[dict] = ()) ->
      "timed_steps_per_second" (if timed), "comparisons", "candidates": {name: {"per_task":
      {metric: [num_tasks] means over inits}, "curves": {"<split>_loss": [3, steps] the 25th, 50th
      and 75th percentiles over runs}, "final_test_accuracy": mean, "steps_per_second": median of
-     the runs'}}}.
+     the runs', "training_check": training_check's counts}}}.
   """
   candidates = {}
   for name, r in evaluation["results"].items():
@@ -215,6 +250,7 @@ def summarize(evaluation: dict, title: str, comparisons: Sequence[dict] = ()) ->
       },
       "final_test_accuracy": float(np.nanmean(accuracy)) if np.isfinite(accuracy).any() else np.nan,
       "steps_per_second": float(np.nanmedian(r["steps_per_second"])),
+      "training_check": training_check(r),
     }
   keys = ("steps", "average_steps", "panels", "panel_baselines", "tuned_learning_rates")
   keys += ("tuned_hparams",)

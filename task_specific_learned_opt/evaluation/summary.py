@@ -14,7 +14,9 @@ training loss) and the test losses with the one of the test-loss panel (tuned on
 loss), so a row pairs the two baselines of one kind: its name is theirs without the
 parenthesised objective ("adam" for "adam (lr tuned per task on train loss)" and "adam (lr tuned
 per task on valid loss)", "adam+reg+decay" for the L_train and L_valid search winners). A metric
-with no comparison of that kind reads "-".
+with no comparison of that kind reads "-". The last column says how many of the theta's runs
+at least trained (reporting.training_check: a lower training loss at the last step than at the
+first, no divergence), "-" for an evaluation written before summaries kept the count.
 """
 
 import os
@@ -111,7 +113,7 @@ def rows(name: str, evaluation: dict) -> list[list[str]]:
   Returns:
     Rows of cells: name, theta, baseline kind, then per metric of `_METRICS` the means, the
     tasks won and the mean difference with its interval against the baseline of that kind in
-    the metric's panel.
+    the metric's panel, and the runs that trained (trained_cell).
   """
   found = {(c["learned"], c["baseline"], c["metric"]): c for c in evaluation["comparisons"]}
   thetas = list(dict.fromkeys(c["learned"] for c in evaluation["comparisons"]))
@@ -124,8 +126,17 @@ def rows(name: str, evaluation: dict) -> list[list[str]]:
       for metric, panel in _METRICS:
         baselines = [b for b in panels[panel] if baseline_kind(b) == kind]
         row += _cells(found.get((theta, baselines[0], metric)) if baselines else None)
-      table.append(row)
+      table.append([*row, trained_cell(evaluation, theta)])
   return table
+
+
+def trained_cell(evaluation: dict, theta: str) -> str:
+  """ "k of n" runs of `theta` that at least trained, with the diverged ones, or "-"."""
+  check = evaluation.get("candidates", {}).get(theta, {}).get("training_check")
+  if check is None:
+    return NOT_COMPARED
+  cell = f"{check['trained']} of {check['runs']}"
+  return cell + (f" ({check['diverged']} diverged)" if check["diverged"] else "")
 
 
 def header() -> list[str]:
@@ -138,7 +149,7 @@ def header() -> list[str]:
       "tasks won (sign test p)",
       "baseline - learned, mean [95% CI]",
     ]
-  return columns
+  return [*columns, "runs that trained"]
 
 
 def table(evaluations: Mapping[str, dict]) -> str:

@@ -25,7 +25,7 @@ HEADER = (
   "| mean test loss, learned vs baseline (tuned on valid loss) | tasks won (sign test p) "
   "| baseline - learned, mean [95% CI] "
   "| final test loss, learned vs baseline (tuned on valid loss) | tasks won (sign test p) "
-  "| baseline - learned, mean [95% CI] |"
+  "| baseline - learned, mean [95% CI] | runs that trained |"
 )
 UNRESOLVED = "; not resolved at this size"
 
@@ -91,7 +91,7 @@ def test_the_table_has_a_row_per_evaluation_theta_and_baseline(in_family, out_of
   text = summary.summarize({"in family": in_family, "mlp": out_of_family})
   assert text.splitlines() == [
     HEADER,
-    "|" + " --- |" * 12,
+    "|" + " --- |" * 13,
     # L_train against ADAM_TRAIN on training loss: 0.6 (the mean of 0.6, 1.0, 0.2) vs 0.7 (of
     # 0.8, 0.9, 0.4), lower on tasks 0 and 2 (differences 0.2, -0.1, 0.2: the sign test's p is 1
     # for 2 of 3); against ADAM_VALID on test loss: 0.5 vs 0.4 (of 0.6, 0.3, 0.3), lower on task
@@ -99,25 +99,37 @@ def test_the_table_has_a_row_per_evaluation_theta_and_baseline(in_family, out_of
     "| in family | L_train | adam | 0.600 vs 0.700 | 2 of 3 (p = 1) "
     f"| 0.100 [-0.100, 0.200]{UNRESOLVED} | 0.500 vs 0.400 | 1 of 3 (p = 1) "
     f"| -0.100 [-0.200, 0.100]{UNRESOLVED} | 0.500 vs 0.500 | 1 of 3 (p = 1) "
-    f"| 0.000 [-0.100, 0.100]{UNRESOLVED} |",
+    f"| 0.000 [-0.100, 0.100]{UNRESOLVED} | - |",
     # L_valid: 0.9 vs 0.7, lower on none (a tie on task 1 is no win: 0 of 2 untied, p = 0.5);
     # 0.3 (of 0.3, 0.4, 0.2) vs 0.4, lower on tasks 0 and 2; final 0.2 (of 0.1, 0.2, 0.3) vs
     # 0.5, lower on all 3 (p = 2 / 2^3), every resampled mean above 0: resolved.
     "| in family | L_valid | adam | 0.900 vs 0.700 | 0 of 3 (p = 0.5) "
     f"| -0.200 [-0.500, 0.000]{UNRESOLVED} | 0.300 vs 0.400 | 2 of 3 (p = 1) "
     f"| 0.100 [-0.100, 0.300]{UNRESOLVED} | 0.200 vs 0.500 | 3 of 3 (p = 0.25) "
-    "| 0.300 [0.200, 0.400] |",
+    "| 0.300 [0.200, 0.400] | - |",
     # 1.2 (of 1.2, 1.4, 1.0) vs 1.0, lower on none; 0.8 vs 0.9, on all 3 by 0.1 (a constant
     # difference: its interval is that constant); final 0.8 (of 0.7, 0.8, 0.9) vs inf (of 0.6,
     # 0.6, inf): lower only where Adam diverged, an infinite mean whose interval holds zero.
     "| mlp | L_train | adam | 1.200 vs 1.000 | 0 of 3 (p = 0.5) "
     f"| -0.200 [-0.400, 0.000]{UNRESOLVED} | 0.800 vs 0.900 | 3 of 3 (p = 0.25) "
-    f"| 0.100 [0.100, 0.100] | 0.800 vs inf | 1 of 3 (p = 1) | inf [-0.200, inf]{UNRESOLVED} |",
+    f"| 0.100 [0.100, 0.100] | 0.800 vs inf | 1 of 3 (p = 1) | inf [-0.200, inf]{UNRESOLVED} | - |",
     # Against the search winner, 1.2 vs 1.3, lower on tasks 0 and 2; it has no counterpart tuned
     # on validation loss, so the test losses are not compared.
     "| mlp | L_train | adam+reg+decay | 1.200 vs 1.300 | 2 of 3 (p = 1) "
-    f"| 0.100 [-0.100, 0.300]{UNRESOLVED} |" + " - |" * 6,
+    f"| 0.100 [-0.100, 0.300]{UNRESOLVED} |" + " - |" * 7,
   ]
+  # The runs that trained are read from a summary's "training_check" (reporting.summarize), "-"
+  # above: these evaluation.json files are written without one.
+
+
+def test_the_last_column_counts_the_runs_that_trained_and_diverged(in_family):
+  evaluation = summary.read_evaluation(in_family)
+  evaluation["candidates"] = {
+    "L_train": {"training_check": {"runs": 6, "trained": 4, "diverged": 1}},
+    "L_valid": {"training_check": {"runs": 6, "trained": 6, "diverged": 0}},
+  }
+  cells = [row[-1] for row in summary.rows("in family", evaluation)]
+  assert cells == ["4 of 6 (1 diverged)", "6 of 6"]
 
 
 def test_the_table_is_written_to_the_output_file(in_family, tmp_path):
