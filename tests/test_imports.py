@@ -26,14 +26,7 @@ IMPORTS_INSIDE_FUNCTIONS = {
   # scikit-learn is an optional extra: imported when the digits are first read, so that a missing
   # extra fails with the command that installs it.
   (f"{PACKAGE}.tasks.digits_source", "sklearn"),
-  # The ledger's command-line entry (python -m ...evaluation.ledger) parses every experiment's gin
-  # file, so it registers the gin names as a binary does, and reads App. H's probe defaults.
-  (f"{PACKAGE}.evaluation.ledger", f"{PACKAGE}.cli"),
-  (f"{PACKAGE}.evaluation.ledger", f"{PACKAGE}.figures"),
 }
-# Library modules with a command-line entry of their own (python -m), which registers the gin
-# names as the binaries do.
-COMMAND_ENTRIES = {f"{PACKAGE}.evaluation.ledger"}
 
 
 def _modules(root: str = ROOT) -> dict[str, ast.Module]:
@@ -213,13 +206,9 @@ def test_gin_parsing_imports_only_leaf_modules_and_only_the_binaries_import_the_
   # The registry is for the binaries: only the command-line layer imports it, and no library
   # module imports the command-line layer.
   importers = sorted(name for name, imports in graph.items() if REGISTRY in imports)
-  assert importers == sorted([f"{PACKAGE}.cli.common", *COMMAND_ENTRIES]), importers
+  assert importers == [f"{PACKAGE}.cli.common"], importers
   cli = f"{PACKAGE}.cli"
-  library = {
-    name: imports
-    for name, imports in graph.items()
-    if not name.startswith(cli) and name not in COMMAND_ENTRIES
-  }
+  library = {name: imports for name, imports in graph.items() if not name.startswith(cli)}
   upward = sorted(
     name for name, imports in library.items() if any(i.startswith(cli) for i in imports)
   )
