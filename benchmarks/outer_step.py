@@ -50,7 +50,7 @@ from task_specific_learned_opt.distributed import (
   outer_training,
   worker_step,
 )
-from task_specific_learned_opt.outer import antithetic, estimators, truncated_unroll
+from task_specific_learned_opt.outer import antithetic, estimates, truncated_unroll
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("mode", "profile", ["profile", "ab"], "What to measure (module docstring).")
@@ -127,7 +127,7 @@ def _split_truncation(setup, theta, num_steps: int, repeats: int) -> dict:
     autograph=False,
   )
   es = tf.function(
-    lambda: estimators.es_gradient(tf.constant(1.0), tf.constant(0.5), e, worker.sigma),
+    lambda: estimates.es_gradient(tf.constant(1.0), tf.constant(0.5), e, worker.sigma),
     autograph=False,
   )
   return {

@@ -29,13 +29,14 @@ import tensorflow as tf
 
 
 class Sample(NamedTuple):
-  """One worker's estimate from one antithetic truncation.
+  """One worker's sample of its estimator (outer/estimators/base.Sample) from one truncation.
 
   A batch is a Sample whose fields are stacked along a leading axis (`stack`).
   """
 
-  g_rp: np.ndarray  # [n] float32: the reparameterisation gradient, theta flattened.
-  g_es: np.ndarray  # [n] float32: the ES gradient.
+  # The estimator's two estimates, theta flattened ([n] float32): its `rp` and its `es`.
+  g_rp: np.ndarray  # The reparameterisation gradient g_rp.
+  g_es: np.ndarray  # The ES estimate: truncated ES's g_es, or PES's g_pes.
   loss_plus: float  # L+ (outer loss of the + unroll).
   loss_minus: float  # L-.
   theta_version: int  # The outer step of the theta it was computed with.

@@ -1,7 +1,7 @@
 """The chief: theta, the outer optimizer, and the update from a batch of samples (App. C, D.3).
 
   chief = Chief(lopt)
-  stats = chief.apply(batch)   # drop stale and non-finite, merge (eq. 1), Adam, outer_step += 1
+  stats = chief.apply(batch)   # drop stale and non-finite, the estimator's combine, Adam, step += 1
   theta = chief.theta()
 
 State lives in tf.Variables (theta, Adam's m and v, the outer step), so tf.train.Checkpoint
@@ -9,9 +9,8 @@ saves and restores it whole. The update itself is the project's hand-written Ada
 (optimizers/adam.py) applied to theta as a pure function, compiled once with a dynamic batch
 dimension, so batches of any size (after dropping) reuse one trace.
 
-The estimator and the batch size also decide what the workers compute and how many local mode
-runs ("pes" and "pes_merged" make the workers run persistent ES and send g_pes in the place of
-g_es, docs/pes.md), so they are settings of the experiment (gin `outer_training.estimator`,
+The estimator (outer/estimators/) and the batch size also decide what the workers compute and
+how many local mode runs, so they are settings of the experiment (gin `outer_training.estimator`,
 `outer_training.batch_size`), handed to the chief by the mode that builds it
 (outer_training.make_chief), and not gin parameters of Chief.
 """
@@ -26,7 +25,8 @@ from task_specific_learned_opt import checkpoints, nests
 from task_specific_learned_opt.distributed import base
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.optimizers import adam
-from task_specific_learned_opt.outer import estimators
+from task_specific_learned_opt.outer import estimates
+from task_specific_learned_opt.outer.estimators import registry
 
 LEARNING_RATE_TRAIN = 3e-3  # App. D.3: outer lr for L_train.
 LEARNING_RATE_VALID = 3e-4  # App. D.3: outer lr for L_valid.
@@ -77,9 +77,9 @@ class Chief:
       beta1: Adam's beta1 (0.5 in the paper).
       beta2: Adam's beta2.
       epsilon: Adam's epsilon.
-      estimator: "merged" (eq. 1), "rp" or "es" (the Fig. 8 ablations); "pes" (the mean of
-        the workers' g_pes, unbiased) or "pes_merged" (eq. 1 over g_rp and g_pes), for which
-        the workers run persistent ES (docs/pes.md). gin: `outer_training.estimator`.
+      estimator: the name of the estimator whose `combine` makes the gradient from a batch
+        (outer/estimators/registry.py): "merged" (eq. 1), "rp" or "es" (the Fig. 8 ablations),
+        "pes" or "pes_merged" (docs/pes.md). gin: `outer_training.estimator`.
       clip_value: clip the gradient to +-clip_value before Adam (the authors' code: 0.1).
       gradient_scale: multiplies the merged gradient before the clip and Adam. 1 is the
         paper's estimates, g_rp = d(L+ + L-)/2 and g_es = (L+ - L-)/2 e / sigma^2. The authors'
@@ -95,10 +95,9 @@ class Chief:
       initial_theta: None (theta = lopt.init(seed)), or a theta export to start from instead
         (e.g. a shipped pretrained/<name>/theta): outer-training warm-started from it.
     """
-    if estimator not in estimators.ESTIMATORS:
-      raise ValueError(f"Unknown estimator {estimator!r}; expected one of {estimators.ESTIMATORS}.")
     self.lopt = lopt
     self.estimator = estimator
+    self._estimator = registry.get(estimator)  # Raises on an unknown name.
     self.clip_value = clip_value
     self.gradient_scale = float(gradient_scale)
     self.batch_size = int(batch_size)
@@ -149,15 +148,16 @@ class Chief:
     loss_plus: tf.Tensor,
     loss_minus: tf.Tensor,
   ) -> dict[str, tf.Tensor]:
-    keep = estimators.finite_mask(g_rp, g_es, loss_plus, loss_minus)
+    keep = estimates.finite_mask(g_rp, g_es, loss_plus, loss_minus)
     num_kept = tf.reduce_sum(tf.cast(keep, tf.int32))
     g_rp, g_es = (
       tf.nest.map_structure(lambda x: tf.boolean_mask(x, keep), nest) for nest in (g_rp, g_es)
     )
-    gradient, merge = estimators.combine(g_rp, g_es, self.estimator)
+    gradient = self._estimator.combine(g_rp, g_es)
+    merge = estimates.merge_inverse_variance(g_rp, g_es)  # The diagnostics, for any estimator.
     if self.gradient_scale != 1.0:
       gradient = tf.nest.map_structure(lambda g: self.gradient_scale * g, gradient)
-    gradient = estimators.clip_by_value(gradient, self.clip_value)
+    gradient = estimates.clip_by_value(gradient, self.clip_value)
     state = adam.AdamState(**tf.nest.map_structure(tf.convert_to_tensor, self.variables))
 
     def update() -> tf.Tensor:
@@ -201,7 +201,7 @@ class Chief:
     Returns:
       Statistics of the update as Python numbers: applied, num_kept, num_dropped (non-finite),
       num_stale, outer_loss, loss_plus, loss_minus, rp_variance, es_variance (mean
-      per-coordinate variances; of g_pes for the PES estimators), es_weight (mean ES weight of
+      per-coordinate variances of the samples' two estimates), es_weight (mean ES weight of
       the merge), merged_variance (mean per-coordinate variance of a sample's merged estimate,
       v_rp v_es / (v_rp + v_es)), gradient_norm,
       mean_num_steps, mean_inner_step, max_staleness, mean_staleness, seconds.

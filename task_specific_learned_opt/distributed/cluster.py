@@ -12,8 +12,8 @@ A chief that restarts resumes from its checkpoint under a new incarnation; sampl
 a theta it never restored are dropped (loops.SampleFilter).
 
 Both roles parse the same gin files and read one experiment record from them (outer_training.py):
-its estimator (`outer_training.estimator`) is the chief's merge and tells the workers whether to
-run persistent ES ("pes", "pes_merged").
+its estimator (`outer_training.estimator`, outer/estimators/) is how the chief combines a batch
+and what the workers compute and carry.
 """
 
 import random
@@ -34,7 +34,6 @@ from task_specific_learned_opt.distributed import (
   worker_step,
 )
 from task_specific_learned_opt.distributed import outer_training as outer_lib
-from task_specific_learned_opt.outer import estimators
 
 WAITING_LOG_SECS = 60.0  # How often an idle chief says it is waiting for samples.
 
@@ -139,7 +138,7 @@ def _let_workers_leave(
 
 
 def make_worker(setup: outer_lib.OuterTraining, index: int, worker_run: int) -> worker_step.Worker:
-  """The worker of a worker task: gin's Worker, running PES if the experiment's estimator says so.
+  """The worker of a worker task: gin's Worker, with the experiment's estimator.
 
   Args:
     setup: the experiment.
@@ -148,14 +147,14 @@ def make_worker(setup: outer_lib.OuterTraining, index: int, worker_run: int) -> 
       not repeat its samples.
 
   Returns:
-    A worker_step.Worker with persistent = estimators.is_persistent(setup.estimator).
+    A worker_step.Worker computing the samples of `setup.estimator`.
   """
   return worker_step.Worker(
     family=setup.family,
     lopt=setup.lopt,
     worker_id=index,
     seed=(setup.seed, worker_run % 2**31),
-    persistent=estimators.is_persistent(setup.estimator),
+    estimator=outer_lib.make_estimator(setup),
   )
 
 

@@ -6,12 +6,12 @@ the current theta, `parallel_samples` of them at once in threads (1 by default: 
 already keeps 2 cores busy), put in turn order. The samples do not depend on how many run at
 once: a run is deterministic, so a resumed run continues exactly as an uninterrupted one would.
 The train dir holds what train_dir.py lists; here the checkpoint also holds every worker's inner
-run and the round-robin counter (with PES, both unrolls' states and the sum of the
-perturbations, so a resumed PES run is exact too).
+run (its estimator's state: with PES both unrolls' states and the sum of the perturbations, so a
+resumed PES run is exact too) and the round-robin counter.
 
 The chief and the workers are built here from one experiment record (outer_training.py): the
-chief with its estimator and batch size, the workers running PES when the estimator
-(`outer_training.estimator`) is "pes" or "pes_merged" (docs/pes.md).
+chief with its estimator and batch size, the workers with the same estimator
+(`outer_training.estimator`, outer/estimators/), which says what they compute and carry.
 """
 
 import io
@@ -37,7 +37,8 @@ from task_specific_learned_opt.distributed import (
 from task_specific_learned_opt.distributed import outer_training as outer_lib
 from task_specific_learned_opt.distributed import train_dir as train_dir_lib
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
-from task_specific_learned_opt.outer import estimators
+from task_specific_learned_opt.outer.estimators import base as estimator_base
+from task_specific_learned_opt.outer.estimators import persistent_es
 
 # Samples computed at once (train_local.parallel_samples). 1: on 2 cores a second sample at once
 # measured 0.93-0.99 of the outer steps per minute (docs/performance.md), since the + and -
@@ -67,6 +68,30 @@ _BUILTIN_NAMES = {
 }
 
 
+class _WorkerStateFields:
+  """Makes a worker_step.WorkerState from its pickled fields, in either of its layouts.
+
+  Checkpoints written before the estimators were classes (outer/estimators/) hold
+  (task_index, truncation_index, inner_state, minus_state, accumulator), with the PES fields None
+  for truncated ES; they load as the state the estimator now carries for the same inner run.
+  """
+
+  def __new__(cls, task_index: int, truncation_index: int, *fields: Any) -> Any:
+    if len(fields) <= 1:  # The current layout: (estimator_state,).
+      return worker_step.WorkerState(task_index, truncation_index, *fields)
+    inner_state, minus_state, accumulator = (list(fields) + [None, None])[:3]
+    if inner_state is None:
+      estimator_state = None
+    elif accumulator is None:
+      estimator_state = estimator_base.UnrollState(inner_state)
+    else:
+      estimator_state = persistent_es.PESState(inner_state, minus_state, accumulator)
+    return worker_step.WorkerState(task_index, truncation_index, estimator_state)
+
+
+_WORKER_STATE = (worker_step.__name__, worker_step.WorkerState.__name__)
+
+
 class _StateUnpickler(pickle.Unpickler):
   """Unpickles the workers' states: classes of this package (by their current module, also when
   the checkpoint names a renamed one), numpy arrays and plain containers, nothing else, so that
@@ -74,6 +99,8 @@ class _StateUnpickler(pickle.Unpickler):
 
   def find_class(self, module: str, name: str) -> Any:
     module = _RENAMED_MODULES.get(module, module)
+    if (module, name) == _WORKER_STATE:
+      return _WorkerStateFields
     if module.startswith(_PACKAGE):
       value = super().find_class(module, name)
       if isinstance(value, type):
@@ -97,13 +124,10 @@ def load_workers_state(string_value: bytes) -> dict:
 
 
 def _numpy_state(state: worker_step.WorkerState) -> worker_step.WorkerState:
-  """`state` with its tensors (inner states, PES accumulator) as numpy arrays, for pickling."""
-  tensors = {
-    field: tf.nest.map_structure(np.asarray, value)
-    for field, value in zip(state._fields, state, strict=True)
-    if field in ("inner_state", "minus_state", "accumulator") and value is not None
-  }
-  return state._replace(**tensors)
+  """`state` with its tensors (the estimator's state) as numpy arrays, for pickling."""
+  if state.estimator_state is None:
+    return state
+  return state._replace(estimator_state=tf.nest.map_structure(np.asarray, state.estimator_state))
 
 
 class _WorkersState(tf.train.experimental.PythonState):
@@ -286,12 +310,12 @@ def _check_final_evaluation(final_evaluation: Callable) -> None:
 def _worker_loops(
   setup: outer_lib.OuterTraining, num_workers: int, transport: in_process.InProcessTransport
 ) -> list[loops.WorkerLoop]:
-  """The experiment's `num_workers` workers (PES if its estimator says so), each in its loop."""
-  persistent = estimators.is_persistent(setup.estimator)
+  """The experiment's `num_workers` workers (one estimator for all), each in its loop."""
+  estimator = outer_lib.make_estimator(setup)
   return [
     loops.WorkerLoop(
       worker_step.Worker(
-        family=setup.family, lopt=setup.lopt, worker_id=i, seed=setup.seed, persistent=persistent
+        family=setup.family, lopt=setup.lopt, worker_id=i, seed=setup.seed, estimator=estimator
       ),
       transport,
     )

@@ -3,8 +3,8 @@
 An experiment (gin: `outer_training.*`) names the task family, the learned optimizer, the seed,
 the gradient estimator and the batch size of outer updates (paper Sec. 3, App. D.3), and how long
 to train; `bin/train_local`, `bin/chief` and `bin/worker` all read it, so one gin file runs in one
-process or on a cluster. The estimator is the one setting both roles act on: the chief merges
-with it, and "pes"/"pes_merged" make the workers run persistent ES (docs/pes.md). The mode that
+process or on a cluster. The estimator is the one setting both roles act on: the chief combines
+a batch with it, and the workers compute and carry what it asks (outer/estimators/). The mode that
 runs the chief builds it from this record (`make_chief`); the chief's files are in
 chief_files.py, the loops in loops.py.
 
@@ -26,7 +26,8 @@ import tensorflow as tf
 from task_specific_learned_opt import gin_config
 from task_specific_learned_opt.distributed import chief_update
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
-from task_specific_learned_opt.outer import estimators
+from task_specific_learned_opt.outer.estimators import base as estimator_base
+from task_specific_learned_opt.outer.estimators import registry
 from task_specific_learned_opt.tasks import base as task_base
 
 # Bindings that may change when a run resumes, or differ between the chief and its workers,
@@ -143,9 +144,9 @@ class OuterTraining:
       None: keep none.
     batch_size: samples per outer update (App. D.3: 128); local mode's default number of
       workers.
-    estimator: how the chief combines the samples (chief_update.Chief): "merged" (Sec. 3,
-      eq. 1), "rp" or "es" (the Fig. 8 ablations), "pes" or "pes_merged" (the workers then run
-      persistent ES, docs/pes.md).
+    estimator: the outer-gradient estimator's name (outer/estimators/registry.py): what the
+      workers compute per truncation and how the chief combines a batch. "merged" (Sec. 3,
+      eq. 1), "rp" or "es" (the Fig. 8 ablations), "pes" or "pes_merged" (docs/pes.md).
 
   Raises:
     ValueError: snapshot_every < 1, batch_size < 1 or an unknown estimator.
@@ -171,7 +172,7 @@ class OuterTraining:
       )
     if self.batch_size < 1:
       raise ValueError(f"outer_training.batch_size must be >= 1, got {self.batch_size}.")
-    estimators.is_persistent(self.estimator)  # Raises on an unknown estimator.
+    registry.get(self.estimator)  # Raises on an unknown estimator.
     optional = lambda value: None if value is None else int(value)  # noqa: E731
     normalized = {
       "seed": int(self.seed),
@@ -203,6 +204,11 @@ def outer_training(**settings: Any) -> OuterTraining:
     ValueError: a value OuterTraining refuses.
   """
   return OuterTraining(**settings)
+
+
+def make_estimator(setup: OuterTraining) -> estimator_base.Estimator:
+  """The experiment's estimator, for its workers (the chief makes its own from the name)."""
+  return registry.get(setup.estimator)
 
 
 def make_chief(setup: OuterTraining) -> chief_update.Chief:

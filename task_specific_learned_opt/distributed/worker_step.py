@@ -1,11 +1,12 @@
-"""The worker's truncation step (paper App. C): one (g_rp, g_es) sample per truncation.
+"""The worker's truncation step (paper App. C): one sample of its estimator per truncation.
 
 A worker keeps one inner-training run going across truncations: its task, the inner optimizer
 state (params, momenta, inner step t). Each truncation:
   1. K from the curriculum at the current outer step, capped at the steps left before the
      horizon (10,000 inner steps);
   2. one perturbation e ~ N(0, sigma^2 I); the + and - unrolls of K steps on identical data;
-  3. the sample (g_rp, g_es, L+, L-, theta version, K); the + unroll's end state is kept;
+  3. the sample (g_rp, g_es, L+, L-, theta version, K); the estimator's end state is kept (for
+     truncated ES the + unroll's end state);
   4. past the horizon, the next truncation starts a new task (new classes, new weights, zero
      momenta, t = 0).
 With `stagger=True` a worker's first inner run is cut at a fraction u ~ U(0, 1] of the horizon
@@ -15,14 +16,10 @@ are, and a batch's samples no longer all share their inner step.
 Every random choice comes from seeds derived from (seed, worker id, task index, truncation
 index), so a sample is reproducible from theta, the worker state and the seed.
 
-Persistent ES (`persistent=True`, set from the chief's estimator "pes" or "pes_merged"; beyond
-the paper, outer/pes.py and docs/pes.md): the worker keeps the - unroll's state too, and each
-unroll continues its own trajectory; it keeps xi, the sum of the perturbations drawn since the
-inner run started, and sends g_pes = (L+ - L-) / (2 sigma^2) * xi in the sample's g_es field.
-g_rp stays the gradient of this truncation through both unrolls from their own start states.
-All three reset with the inner run at the horizon. Memory: two inner states are carried between
-truncations instead of one (a truncation computes with two in either mode), plus xi, one more
-copy of theta.
+What a truncation computes and carries is the estimator's (outer/estimators/base.py): the
+worker keeps the estimator's state (the inner state the next unroll starts from; for persistent
+ES also the - unroll's state and the sum of the perturbations) and calls its `sample` inside its
+one compiled function. The worker itself never asks which estimator it runs.
 """
 
 import threading
@@ -37,7 +34,9 @@ from task_specific_learned_opt import nests, random_seeds, tracing
 from task_specific_learned_opt.distributed import base
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.optimizers import base as opt_base
-from task_specific_learned_opt.outer import antithetic, pes, schedules, truncated_unroll
+from task_specific_learned_opt.outer import schedules, truncated_unroll
+from task_specific_learned_opt.outer.estimators import base as estimator_base
+from task_specific_learned_opt.outer.estimators import registry
 from task_specific_learned_opt.tasks import base as task_base
 
 HORIZON = 10000  # Paper App. D.3: inner problems are trained for 10k steps, then reset.
@@ -51,18 +50,13 @@ class WorkerState(NamedTuple):
 
   task_index: int  # Tasks this worker has started; the current one is task_index - 1.
   truncation_index: int  # Truncations this worker has run.
-  inner_state: Any  # The inner optimizer state (PES: the + unroll's); None: start a new task.
-  minus_state: Any = None  # PES only: the - unroll's inner state.
-  accumulator: pes.Accumulator | None = None  # PES only: xi and the truncations since the reset.
+  # The estimator's state of the current inner run (estimator.state_type); None: start a new task.
+  estimator_state: Any = None
 
 
-@gin.configurable(denylist=["worker_id", "persistent"])
+@gin.configurable(denylist=["worker_id", "estimator"])
 class Worker:
-  """Produces samples from truncated antithetic unrolls of its own inner-training run.
-
-  With `persistent=True` (PES) it carries two inner states between truncations instead of one,
-  and the sum of its perturbations.
-  """
+  """Produces samples of its estimator from truncations of its own inner-training run."""
 
   def __init__(
     self,
@@ -75,7 +69,7 @@ class Worker:
     horizon: int = HORIZON,
     schedule: schedules.TruncationSchedule | None = None,
     recompute: bool = True,
-    persistent: bool = False,
+    estimator: estimator_base.Estimator | None = None,
     stagger: bool = False,
   ):
     """Makes a worker.
@@ -90,9 +84,10 @@ class Worker:
       horizon: inner steps before an inner problem is reset (10,000).
       schedule: truncation lengths; the paper's LinearCurriculum by default.
       recompute: chunks rerun in the backward pass (memory ~ K^(1/3) with two levels).
-      persistent: run persistent ES and send g_pes in the place of g_es. Not a gin parameter:
-        local mode and the cluster's workers set it from the experiment's estimator
-        (`outer_training.estimator`), the one binding that also sets the chief's merge.
+      estimator: what each truncation computes and carries (outer/estimators/); None: the
+        paper's ("merged", whose workers run truncated antithetic pairs). Not a gin parameter:
+        local mode and the cluster's workers make it from the experiment's estimator
+        (`outer_training.estimator`), the one binding that also sets the chief's combination.
       stagger: cut the first inner run at u * horizon, u ~ U(0, 1] from the worker's seed, so
         workers started together reach their resets at different times (module docstring).
 
@@ -112,14 +107,14 @@ class Worker:
     self.horizon = int(horizon)
     self.schedule = schedule if schedule is not None else schedules.LinearCurriculum()
     self.recompute = bool(recompute)
-    self.persistent = bool(persistent)
+    self.estimator = estimator if estimator is not None else registry.get("merged")
     self.stagger = bool(stagger)
     self._task: task_base.Task | None = None
     self._task_index: int | None = None
 
   def initial_state(self) -> WorkerState:
     """The state of a worker that has not started: its first step starts a task."""
-    return WorkerState(task_index=0, truncation_index=0, inner_state=None)
+    return WorkerState(task_index=0, truncation_index=0)
 
   def task_seed(self, task_index: int) -> tf.Tensor:
     """The seed of this worker's `task_index`-th task: its classes, init and data.
@@ -161,40 +156,35 @@ class Worker:
     params = self.task(task_index).init_params(init_seed)
     return self.lopt.opt_fn(theta).init(params)
 
-  def _compiled(
-    self, task: task_base.Task
-  ) -> Callable[..., antithetic.TruncationSample | antithetic.PESTruncationSample]:
+  def _compiled(self, task: task_base.Task) -> Callable[..., tuple[estimator_base.Sample, Any]]:
     # Workers of one process with the same configuration share one trace: the task's data is an
-    # argument, so any task of the family runs through it. The start is (inner state,) for a
-    # truncated-ES worker and (+ state, - state, accumulator) for a persistent one.
+    # argument, so any task of the family runs through it.
     key = (
       id(self.family),
       id(self.lopt),
       self.sigma,
       self.objective,
       self.recompute,
-      self.persistent,
+      id(self.estimator),
     )
     with _SAMPLE_FNS_LOCK:  # Local mode may call this from several threads.
       if key not in _SAMPLE_FNS:
-        template, lopt, sigma, objective, recompute = task, self.lopt, *key[2:5]
-        sample = (
-          antithetic.pes_truncation_sample if self.persistent else antithetic.truncation_sample
-        )
+        template, lopt, estimator = task, self.lopt, self.estimator
+        sigma, objective, recompute = key[2:5]
 
         @tf.function(autograph=False, reduce_retracing=True)
         def sample_fn(
           theta: nests.Theta,
-          start: tuple,
+          estimator_state: Any,
           task_data: Any,
           num_steps: tf.Tensor,
           data_seed: tf.Tensor,
           perturbation_seed: tf.Tensor,
-        ) -> antithetic.TruncationSample | antithetic.PESTruncationSample:
-          return sample(
+        ) -> tuple[estimator_base.Sample, Any]:
+          return estimator.sample(
             truncated_unroll.Unroll(template.with_data(task_data), lopt, objective, recompute),
             theta,
-            *start,
+            estimator_state,
             num_steps,
             data_seed,
             perturbation_seed,
@@ -202,21 +192,15 @@ class Worker:
           )
 
         tracing.traces_per_variant(sample_fn)
-        # Holding the family and lopt keeps their ids from being reused by other objects.
-        _SAMPLE_FNS[key] = (sample_fn, self.family, lopt)
+        # Holding the family, lopt and estimator keeps their ids from being reused.
+        _SAMPLE_FNS[key] = (sample_fn, self.family, lopt, estimator)
       return _SAMPLE_FNS[key][0]
 
   def _start_task(self, theta: nests.Theta, state: WorkerState) -> WorkerState:
-    """`state` with a new task's inner run started (both unrolls' states and xi for PES)."""
+    """`state` with a new task's inner run started (the estimator's initial state for it)."""
     inner_state = self.new_inner_state(theta, state.task_index)
-    if not self.persistent:
-      return WorkerState(state.task_index + 1, state.truncation_index, inner_state)
     return WorkerState(
-      state.task_index + 1,
-      state.truncation_index,
-      inner_state,
-      minus_state=inner_state,
-      accumulator=pes.initial_state(theta),
+      state.task_index + 1, state.truncation_index, self.estimator.init_state(inner_state, theta)
     )
 
   def run_horizon(self, task_index: int) -> int:
@@ -265,17 +249,17 @@ class Worker:
       state: the worker's state after its previous truncation.
 
     Returns:
-      (the sample, with theta-shaped estimates flattened; the worker's next state). A
-      persistent worker's sample carries g_pes in its g_es field.
+      (the sample, with the estimator's theta-shaped estimates flattened; the worker's next
+      state).
     """
     theta = tf.nest.map_structure(tf.convert_to_tensor, theta)
-    # A persistent worker given a state without the - unroll (e.g. of a run that was not
-    # persistent) starts a new task rather than invent a - trajectory.
-    if state.inner_state is None or (self.persistent and state.accumulator is None):
+    # A state of another estimator (e.g. of a run that was not persistent ES) starts a new task
+    # rather than invent what this estimator carries.
+    if not isinstance(state.estimator_state, self.estimator.state_type):
       state = self._start_task(theta, state)
     task_index = state.task_index - 1
     task = self.task(task_index)
-    inner_step = int(state.inner_state.iteration)
+    inner_step = self.estimator.inner_step(state.estimator_state)
     num_steps = self.truncation_length(theta_version, state, inner_step)
     perturbation_seed = random_seeds.fold_in(
       random_seeds.stream(self.seed, "worker_perturbations"), state.truncation_index
@@ -283,31 +267,17 @@ class Worker:
     data_seed = random_seeds.stream(self.task_seed(task_index), "run_data")
     args = (task.data, tf.constant(num_steps, tf.int32), data_seed, perturbation_seed)
     done = inner_step + num_steps >= self.run_horizon(task_index)
-    if self.persistent:
-      accumulator = tf.nest.map_structure(tf.convert_to_tensor, state.accumulator)
-      start = (state.inner_state, state.minus_state, accumulator)
-      result = self._compiled(task)(theta, start, *args)
-      g_es = result.g_pes
-      next_state = WorkerState(
-        task_index=state.task_index,
-        truncation_index=state.truncation_index + 1,
-        inner_state=None if done else result.state_plus,
-        minus_state=None if done else result.state_minus,
-        accumulator=None if done else result.accumulator,
-      )
-    else:
-      result = self._compiled(task)(theta, (state.inner_state,), *args)
-      g_es = result.g_es
-      next_state = WorkerState(
-        task_index=state.task_index,
-        truncation_index=state.truncation_index + 1,
-        inner_state=None if done else result.state,
-      )
+    estimate, estimator_state = self._compiled(task)(theta, state.estimator_state, *args)
+    next_state = WorkerState(
+      task_index=state.task_index,
+      truncation_index=state.truncation_index + 1,
+      estimator_state=None if done else estimator_state,
+    )
     sample = base.Sample(
-      g_rp=nests.flatten_numpy(result.g_rp),
-      g_es=nests.flatten_numpy(g_es),
-      loss_plus=float(result.loss_plus),
-      loss_minus=float(result.loss_minus),
+      g_rp=nests.flatten_numpy(estimate.rp),
+      g_es=nests.flatten_numpy(estimate.es),
+      loss_plus=float(estimate.loss_plus),
+      loss_minus=float(estimate.loss_minus),
       theta_version=int(theta_version),
       num_steps=num_steps,
       inner_step=inner_step,

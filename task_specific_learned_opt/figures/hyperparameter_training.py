@@ -11,9 +11,10 @@ one outer step (figures/hyperparameter_truncations.py, built from outer/):
 
 The inner state is carried from one truncation to the next with its gradient stopped, so g_k
 ignores how theta shaped the state the truncation starts from (the truncation bias, Sec. 2.4).
-The outer step has the chief's form: the samples are checked with estimators.finite_mask,
-combined with estimators.combine ("rp" for backpropagation, "pes" for Persistent ES) and applied
-by the outer-optimizer's pure update; a step with a non-finite sample is skipped.
+The outer step has the chief's form: the samples are checked with estimates.finite_mask,
+combined by the estimator's `combine` (outer/estimators/: "rp" for backpropagation, "pes" for
+Persistent ES) and applied by the outer-optimizer's pure update; a step with a non-finite sample
+is skipped.
 
 Persistent ES (outer/pes.py, beyond the paper) keeps `pairs` antithetic pairs of + and - inner
 states, e redrawn every truncation (antithetic.perturbation) and summed since the run's reset

@@ -9,9 +9,9 @@ log lr of Adam). Built from outer/:
     pair, forward only, e drawn by antithetic.perturbation, the 2 * pairs unrolls vectorized;
   - make_run_loss_fn: an untruncated run's outer loss at fixed theta;
   - make_outer_step_fn: the outer step in the chief's form: the samples checked with
-    estimators.finite_mask, combined with estimators.combine ("rp" for backpropagation, "pes" for
-    PES) and applied by the outer-optimizer's pure update; a step with a non-finite sample is
-    skipped.
+    estimates.finite_mask, combined by the named estimator's `combine` (outer/estimators/: "rp"
+    for backpropagation, "pes" for PES) and applied by the outer-optimizer's pure update; a step
+    with a non-finite sample is skipped.
 hyperparameter_training.OuterTrainer runs them over inner runs and resets.
 """
 
@@ -23,7 +23,8 @@ import tensorflow as tf
 from task_specific_learned_opt import nests, random_seeds
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.optimizers import base as opt_base
-from task_specific_learned_opt.outer import antithetic, estimators, truncated_unroll
+from task_specific_learned_opt.outer import antithetic, estimates, truncated_unroll
+from task_specific_learned_opt.outer.estimators import registry
 from task_specific_learned_opt.tasks import base as task_base
 
 PARAMETER = "learning_rate"  # The hyper-parameter theta holds (as its natural logarithm).
@@ -228,13 +229,16 @@ def make_outer_step_fn(
 
   Args:
     outer_optimizer: the pure-function rule that updates theta.
-    estimator: "rp" (samples of backpropagated gradients) or "pes" (samples of g_pes).
+    estimator: the estimator's name (outer/estimators/registry.py) whose `combine` makes the
+      gradient: "rp" (samples of backpropagated gradients) or "pes" (samples of g_pes).
 
   Returns:
     fn(outer_state, samples, loss_plus, loss_minus) -> (outer_state, gradient, applied): the
     samples a nest like theta with leaves [N, ...], their losses [N]; the state is updated with
     the combined gradient only when every sample is finite.
   """
+
+  combine = registry.get(estimator).combine
 
   @tf.function(autograph=False)
   def outer_step(
@@ -243,9 +247,10 @@ def make_outer_step_fn(
     loss_plus: tf.Tensor,
     loss_minus: tf.Tensor,
   ) -> tuple[opt_base.OptState, nests.Theta, tf.Tensor]:
-    applied = tf.reduce_all(estimators.finite_mask(samples, samples, loss_plus, loss_minus))
-    # One kind of sample: the estimator reads only its own slot of the pair.
-    gradient, _ = estimators.combine(samples, samples, estimator)
+    applied = tf.reduce_all(estimates.finite_mask(samples, samples, loss_plus, loss_minus))
+    # One kind of sample, given as both of a sample's estimates: "rp" reads the first, "pes" the
+    # second.
+    gradient = combine(samples, samples)
     new_state = tf.cond(
       applied, lambda: outer_optimizer.update(outer_state, gradient), lambda: outer_state
     )

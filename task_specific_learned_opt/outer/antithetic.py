@@ -4,7 +4,7 @@ The + and - unrolls of one truncation run at theta + e and theta - e, e ~ N(0, s
 identical batches (truncated_unroll.outer_losses), and give
 
   g_rp = d/dtheta (L+ + L-) / 2      (backpropagation through both unrolls)
-  g_es = (L+ - L-) / 2 * e / sigma^2 (antithetic ES, estimators.es_gradient)
+  g_es = (L+ - L-) / 2 * e / sigma^2 (antithetic ES, estimates.es_gradient)
 
 with the + unroll's end state the state the next truncation starts from (truncation_sample).
 
@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from task_specific_learned_opt import nests, random_seeds
 from task_specific_learned_opt.optimizers import base as opt_base
-from task_specific_learned_opt.outer import estimators, pes, truncated_unroll
+from task_specific_learned_opt.outer import estimates, pes, truncated_unroll
 
 
 class TruncationSample(NamedTuple):
@@ -119,7 +119,7 @@ def truncation_sample(
   g_rp, loss_plus, loss_minus, (end_state, _) = _differentiated_pair(
     unroll, theta, e, (state, state), num_steps, data_seed
   )
-  g_es = estimators.es_gradient(loss_plus, loss_minus, e, sigma)
+  g_es = estimates.es_gradient(loss_plus, loss_minus, e, sigma)
   return TruncationSample(g_rp, g_es, loss_plus, loss_minus, end_state)
 
 

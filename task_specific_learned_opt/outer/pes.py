@@ -33,8 +33,8 @@ sigma^2).
     g_pes = gradient(loss_plus, loss_minus, state.perturbation_sum, sigma)
   on an inner-run reset: state = initial_state(theta)
 
-antithetic.pes_truncation_sample does one such truncation; distributed/worker_step.py runs it
-when the chief's estimator is "pes" or "pes_merged" (docs/pes.md).
+antithetic.pes_truncation_sample does one such truncation; the "pes" and "pes_merged"
+estimators (outer/estimators/persistent_es.py) run it on the workers (docs/pes.md).
 """
 
 from typing import NamedTuple
@@ -42,7 +42,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from task_specific_learned_opt import nests
-from task_specific_learned_opt.outer import estimators
+from task_specific_learned_opt.outer import estimates
 
 
 class Accumulator(NamedTuple):
@@ -96,4 +96,4 @@ def gradient(
   Returns:
     g_pes, a float32 nest like `perturbation_sum`.
   """
-  return estimators.es_gradient(loss_plus, loss_minus, perturbation_sum, sigma)
+  return estimates.es_gradient(loss_plus, loss_minus, perturbation_sum, sigma)

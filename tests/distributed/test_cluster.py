@@ -29,6 +29,7 @@ from task_specific_learned_opt.distributed import (
   tf_runtime,
 )
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
+from task_specific_learned_opt.outer.estimators import persistent_es, registry
 from task_specific_learned_opt.tasks import quadratic
 
 NAMESPACE_VARIABLE = "TASK_SPECIFIC_LEARNED_OPT_IN_NETNS"
@@ -312,15 +313,18 @@ def test_launch_local_runs_a_chief_and_workers_to_the_end(request, tmp_path):
 
 
 @pytest.mark.parametrize(
-  "estimator, persistent", [(None, False), ("es", False), ("pes", True), ("pes_merged", True)]
+  "estimator, persistent",
+  [(None, False), ("es", False), ("rp", False), ("pes", True), ("pes_merged", True)],
 )
-def test_a_worker_task_runs_pes_when_the_experiments_estimator_says_so(estimator, persistent):
+def test_a_worker_task_runs_the_experiments_estimator(estimator, persistent):
   if estimator is not None:
     gin.bind_parameter("outer_training.estimator", estimator)
   lopt = mlp_lopt.MLPLOpt()
   setup = outer_training.outer_training(family=quadratic.QuadraticFamily(dim=4), lopt=lopt)
   worker = cluster.make_worker(setup, index=1, worker_run=5)
-  assert worker.persistent == persistent and worker.worker_id == 1
+  assert type(worker.estimator) is registry.ESTIMATORS[estimator or "merged"]
+  assert (worker.estimator.state_type is persistent_es.PESState) == persistent
+  assert worker.worker_id == 1
   # A worker whose binding differs from the chief's is refused: the binding is in the
   # fingerprint both roles compare.
   template = tf.nest.map_structure(np.asarray, lopt.init(0))

@@ -1,5 +1,6 @@
 """Local outer-training: resume exactly, refuse foreign or damaged checkpoints, run the binary."""
 
+import collections
 import glob
 import json
 import os
@@ -33,7 +34,9 @@ from task_specific_learned_opt.distributed import (
 )
 from task_specific_learned_opt.distributed import train_dir as train_dir_lib
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
-from task_specific_learned_opt.outer import schedules
+from task_specific_learned_opt.outer import pes, schedules
+from task_specific_learned_opt.outer.estimators import base as estimator_base
+from task_specific_learned_opt.outer.estimators import persistent_es, registry
 from task_specific_learned_opt.tasks import quadratic
 
 
@@ -133,14 +136,19 @@ def test_an_error_while_samples_compute_at_once_changes_no_worker(monkeypatch):
     running.next_workers()
   running.close()
   assert transport.queued() == 0 and running.num_samples == 0
-  assert all(loop.state.inner_state is None and loop.num_put == 0 for loop in worker_loops)
+  assert all(loop.state.estimator_state is None and loop.num_put == 0 for loop in worker_loops)
 
 
 def _pes_loops(transport):
   return [
     loops.WorkerLoop(
       worker_step.Worker(
-        FAMILY, LOPT, worker_id=i, schedule=schedules.FixedLength(4), horizon=16, persistent=True
+        FAMILY,
+        LOPT,
+        worker_id=i,
+        schedule=schedules.FixedLength(4),
+        horizon=16,
+        estimator=registry.get("pes"),
       ),
       transport,
     )
@@ -157,8 +165,9 @@ def test_the_checkpointed_pes_workers_continue_exactly():
   saved = running.serialize()
   restored = local._WorkersState(_pes_loops(transport))
   restored.deserialize(saved)
-  state = restored.worker_loops[0].state
-  assert state.minus_state is not None and int(state.accumulator.num_truncations) == 3
+  state = restored.worker_loops[0].state.estimator_state
+  assert isinstance(state, persistent_es.PESState)
+  assert state.state_minus is not None and int(state.accumulator.num_truncations) == 3
   assert isinstance(state.accumulator.perturbation_sum["hidden"]["w"], np.ndarray)
   transport.take_samples(5)
   for workers in (running, restored):
@@ -199,7 +208,7 @@ def test_pes_quickstart_gin_trains_in_local_mode(tmp_path, monkeypatch):
   assert stats["outer_step"] == 3 and np.isfinite(stats["outer_loss"])
   assert [r["outer_step"] for r in _records(tmp_path)] == [1, 2, 3]
   assert "outer_training.estimator = 'pes'" in open(tmp_path / "operative_config.gin").read()
-  assert workers and all(w.persistent for w in workers)
+  assert workers and all(type(w.estimator) is persistent_es.PersistentES for w in workers)
 
 
 def test_outputs_are_written(tmp_path):
@@ -422,7 +431,7 @@ def test_one_intra_op_thread_computes_the_same_outer_training_to_float_tolerance
 def test_worker_states_written_under_the_old_module_name_are_read(monkeypatch):
   """Checkpoints written before distributed/worker.py became worker_step.py name WorkerState by
   the old module; a run resumes from them."""
-  state = worker_step.WorkerState(task_index=3, truncation_index=7, inner_state=None)
+  state = worker_step.WorkerState(task_index=3, truncation_index=7, estimator_state=None)
   old_name = "task_specific_learned_opt.distributed.worker"
   with monkeypatch.context() as patch:  # Pickled as the old version did.
     patch.setattr(worker_step.WorkerState, "__module__", old_name)
@@ -434,6 +443,43 @@ def test_worker_states_written_under_the_old_module_name_are_read(monkeypatch):
   loaded = local.load_workers_state(string_value)
   assert loaded["states"][0] == state and isinstance(loaded["states"][0], worker_step.WorkerState)
   assert loaded["counts"] == [(5, 0)]
+
+
+# worker_step.WorkerState as checkpoints held it before the estimators were classes.
+_WORKER_STATE_BEFORE_ESTIMATORS = collections.namedtuple(
+  "WorkerState",
+  ["task_index", "truncation_index", "inner_state", "minus_state", "accumulator"],
+  defaults=[None, None],
+)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_worker_states_of_the_layout_before_estimators_load_as_the_estimators_state(
+  monkeypatch, persistent
+):
+  inner = {"params": np.arange(3.0), "iteration": np.int32(8)}
+  minus = {"params": np.arange(3.0) - 1, "iteration": np.int32(8)}
+  accumulator = pes.Accumulator({"w": np.ones(2, np.float32)}, np.int32(2))
+  fields = (inner, minus, accumulator) if persistent else (inner,)
+  old = _WORKER_STATE_BEFORE_ESTIMATORS
+  states = [old(3, 7, *fields), old(4, 9, None)]
+  with monkeypatch.context() as patch:  # Pickled under the name the old version used.
+    patch.setattr(old, "__module__", worker_step.__name__)
+    patch.setattr(worker_step, "WorkerState", old)
+    string_value = pickle.dumps({"states": states, "num_samples": 2})
+  loaded = local.load_workers_state(string_value)["states"]
+  expected = (
+    persistent_es.PESState(inner, minus, accumulator)
+    if persistent
+    else estimator_base.UnrollState(inner)
+  )
+  assert all(isinstance(state, worker_step.WorkerState) for state in loaded)
+  assert loaded[0][:2] == (3, 7) and loaded[1] == worker_step.WorkerState(4, 9, None)
+  assert type(loaded[0].estimator_state) is type(expected)
+  for a, b in zip(
+    tf.nest.flatten(loaded[0].estimator_state), tf.nest.flatten(expected), strict=True
+  ):
+    np.testing.assert_array_equal(a, b)
 
 
 def test_worker_states_that_would_call_a_foreign_function_are_refused():

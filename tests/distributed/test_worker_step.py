@@ -9,6 +9,8 @@ from task_specific_learned_opt.distributed import worker_step
 from task_specific_learned_opt.learned_optimizers import hyperparameters, mlp_lopt
 from task_specific_learned_opt.optimizers import sgd
 from task_specific_learned_opt.outer import antithetic, pes, schedules, truncated_unroll
+from task_specific_learned_opt.outer.estimators import base as estimator_base
+from task_specific_learned_opt.outer.estimators import persistent_es, registry
 from task_specific_learned_opt.tasks import quadratic
 
 # One family and learned optimizer for every worker: they share one compiled sampler.
@@ -31,7 +33,7 @@ def test_truncations_follow_the_schedule_and_reset_at_the_horizon():
     assert sample.theta_version == version and sample.worker_id == 0
   # K = 5, 5, then capped at the 2 steps left before the horizon; then a new task from t = 0.
   assert seen == [(0, 5, 1), (5, 5, 1), (10, 2, 1), (0, 5, 2), (5, 5, 2)]
-  assert state.truncation_index == 5 and int(state.inner_state.iteration) == 10
+  assert state.truncation_index == 5 and int(state.estimator_state.inner_state.iteration) == 10
 
 
 def test_staggered_workers_cut_their_first_run_at_different_points():
@@ -46,7 +48,7 @@ def test_staggered_workers_cut_their_first_run_at_different_points():
     first_runs.append(horizon)
     if worker_id < 2:  # Steps reach the cut, then the next run goes the whole horizon.
       state, seen = w.initial_state(), []
-      while state.task_index < 2 or state.inner_state is not None:
+      while state.task_index < 2 or state.estimator_state is not None:
         sample, state = w.step(theta, 0, state)
         seen.append((state.task_index, sample.inner_step + sample.num_steps))
       ends = [end for task, end in seen if task == 1]
@@ -92,7 +94,9 @@ PES_LOPT = hyperparameters.LearnedHyperparameters(
 
 def _pes_worker(**kwargs):
   kwargs.setdefault("schedule", schedules.FixedLength(5))
-  return worker_step.Worker(FAMILY, PES_LOPT, worker_id=2, persistent=True, horizon=12, **kwargs)
+  return worker_step.Worker(
+    FAMILY, PES_LOPT, worker_id=2, estimator=registry.get("pes"), horizon=12, **kwargs
+  )
 
 
 def _replayed_truncation(w, theta, state_plus, state_minus, task_index, truncation_index, k):
@@ -116,11 +120,12 @@ def _replayed_truncation(w, theta, state_plus, state_minus, task_index, truncati
 def test_a_persistent_worker_replayed_by_hand():
   w = _pes_worker()
   theta = PES_LOPT.init(0)
-  state = w.initial_state()
+  worker_state = w.initial_state()
   first = w.new_inner_state(theta, 0)
   plus, minus, perturbations = first, first, []
   for truncation, (t0, k) in enumerate([(0, 5), (5, 5), (10, 2)]):
-    sample, state = w.step(theta, truncation, state)
+    sample, worker_state = w.step(theta, truncation, worker_state)
+    state = worker_state.estimator_state
     assert (sample.inner_step, sample.num_steps) == (t0, k)
     e, (loss_plus, loss_minus), (plus, minus) = _replayed_truncation(
       w, theta, plus, minus, 0, truncation, k
@@ -136,20 +141,21 @@ def test_a_persistent_worker_replayed_by_hand():
     if truncation < 2:
       # Each unroll continues its own trajectory: the states are the replayed ones, and differ.
       assert int(state.accumulator.num_truncations) == truncation + 1
-      for mine, replayed in ((state.inner_state, plus), (state.minus_state, minus)):
+      for mine, replayed in ((state.state_plus, plus), (state.state_minus, minus)):
         for a, b in zip(tf.nest.flatten(mine), tf.nest.flatten(replayed), strict=True):
           np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
-      assert not np.allclose(state.inner_state.params["w"], state.minus_state.params["w"])
-      assert not np.allclose(state.inner_state.momentum["w"], state.minus_state.momentum["w"])
+      assert not np.allclose(state.state_plus.params["w"], state.state_minus.params["w"])
+      assert not np.allclose(state.state_plus.momentum["w"], state.state_minus.momentum["w"])
   # g_pes of truncation 2 is not truncated ES's: xi = e_1 + e_2 + e_3, not e_3, and the two
   # gradients differ by far more than the tolerance the sample was checked to.
   truncated_es = pes.gradient(loss_plus, loss_minus, e, w.sigma)
   assert not np.allclose(sample_2_g, nests.flatten_numpy(truncated_es), rtol=1e-2)
   # At the horizon everything resets with the inner run: a new task, both states from its
   # initial ones, xi = e of the new run's first truncation alone.
-  assert state.inner_state is None and state.minus_state is None and state.accumulator is None
-  sample, state = w.step(theta, 3, state)
-  assert (sample.inner_step, state.task_index) == (0, 2)
+  assert state is None
+  sample, worker_state = w.step(theta, 3, worker_state)
+  state = worker_state.estimator_state
+  assert (sample.inner_step, worker_state.task_index) == (0, 2)
   assert int(state.accumulator.num_truncations) == 1
   start = w.new_inner_state(theta, 1)
   e, (loss_plus, loss_minus), _ = _replayed_truncation(w, theta, start, start, 1, 3, 5)
@@ -167,7 +173,8 @@ def test_a_persistent_worker_starts_a_new_task_from_a_state_without_the_minus_un
   persistent = _pes_worker()
   theta = PES_LOPT.init(0)
   _, state = plain.step(theta, 0, plain.initial_state())
-  assert state.inner_state is not None and state.accumulator is None
+  assert isinstance(state.estimator_state, estimator_base.UnrollState)
   sample, state = persistent.step(theta, 1, state)
   assert sample.inner_step == 0 and state.task_index == 2
-  assert int(state.accumulator.num_truncations) == 1
+  assert isinstance(state.estimator_state, persistent_es.PESState)
+  assert int(state.estimator_state.accumulator.num_truncations) == 1

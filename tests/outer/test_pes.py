@@ -9,7 +9,7 @@ import tensorflow as tf
 from task_specific_learned_opt import random_seeds
 from task_specific_learned_opt.learned_optimizers import hyperparameters
 from task_specific_learned_opt.optimizers import sgd
-from task_specific_learned_opt.outer import antithetic, estimators, pes, truncated_unroll
+from task_specific_learned_opt.outer import antithetic, estimates, pes, truncated_unroll
 from task_specific_learned_opt.tasks import quadratic
 
 
@@ -234,7 +234,7 @@ def test_a_pes_truncation_continues_both_trajectories():
   e2 = antithetic.perturbation(theta, [2, 3], SIGMA)
   xi = e1["learning_rate"] + e2["learning_rate"]
   np.testing.assert_allclose(second.accumulator.perturbation_sum["learning_rate"], xi, rtol=1e-6)
-  expected = estimators.es_gradient(second.loss_plus, second.loss_minus, {"x": xi}, SIGMA)["x"]
+  expected = estimates.es_gradient(second.loss_plus, second.loss_minus, {"x": xi}, SIGMA)["x"]
   np.testing.assert_allclose(second.g_pes["learning_rate"], expected, rtol=1e-6)
   # ...and its - unroll really starts from the - end state: rerun it from there by hand.
   minus_lr = tf.exp(theta["learning_rate"] - e2["learning_rate"])

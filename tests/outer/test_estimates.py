@@ -1,4 +1,4 @@
-"""Tests for the outer-gradient estimators: antithetic ES and the inverse-variance merge (Sec. 3).
+"""Tests for the math of the outer-gradient estimates: antithetic ES, the inverse-variance merge.
 
 The merge is checked against eq. 1 written out in numpy in its original form,
 (m_rp / v_rp + m_es / v_es) / (1 / v_rp + 1 / v_es), with v = np.var(ddof=1) + 1e-8.
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from task_specific_learned_opt.outer import estimators
+from task_specific_learned_opt.outer import estimates
 
 SHAPES = {"w": (3, 2), "b": (2,), "scale": ()}  # Leaves of a small theta, per sample.
 
@@ -44,14 +44,14 @@ def test_es_gradient_worked_numbers():
   loss_plus = tf.constant([1.5, 0.9])
   loss_minus = tf.constant([1.3, 1.0])
   e = {"w": tf.constant([[0.1, -0.2], [0.3, 0.05]]), "s": tf.constant([0.02, -0.04])}
-  g = estimators.es_gradient(loss_plus, loss_minus, e, 0.1)
+  g = estimates.es_gradient(loss_plus, loss_minus, e, 0.1)
   np.testing.assert_allclose(g["w"], [[1.0, -2.0], [-1.5, -0.25]], rtol=1e-5)
   np.testing.assert_allclose(g["s"], [0.2, 0.2], rtol=1e-5)
 
 
 def test_es_gradient_single_sample_scalar_losses():
   # (2.0 - 1.0) / 2 / 0.01 = 50.
-  g = estimators.es_gradient(tf.constant(2.0), tf.constant(1.0), [tf.constant([0.1, -0.1])], 0.1)
+  g = estimates.es_gradient(tf.constant(2.0), tf.constant(1.0), [tf.constant([0.1, -0.1])], 0.1)
   np.testing.assert_allclose(g[0], [5.0, -5.0], rtol=1e-5)
 
 
@@ -62,7 +62,7 @@ def test_merge_matches_numpy_eq1():
   rng = np.random.default_rng(0)
   rp = _random_nest(rng, 7, scale=0.1, offset=0.3)
   es = _random_nest(rng, 7, scale=2.0, offset=-0.2)
-  result = estimators.merge_inverse_variance(_tf(rp), _tf(es))
+  result = estimates.merge_inverse_variance(_tf(rp), _tf(es))
   for key in SHAPES:
     merged, v_rp, v_es, w_es = _numpy_merge(rp[key], es[key])
     np.testing.assert_allclose(result.gradient[key], merged, rtol=1e-4, atol=1e-6)
@@ -75,7 +75,7 @@ def test_merge_matches_numpy_eq1():
 def test_merge_single_sample_is_the_average():
   rp = {"a": np.array([[1.0, -2.0]], np.float32)}
   es = {"a": np.array([[3.0, 4.0]], np.float32)}
-  result = estimators.merge_inverse_variance(_tf(rp), _tf(es))
+  result = estimates.merge_inverse_variance(_tf(rp), _tf(es))
   # N = 1: both variances are epsilon, so both weights are 1/2.
   np.testing.assert_allclose(result.gradient["a"], [2.0, 1.0], rtol=1e-6)
   np.testing.assert_allclose(result.es_weight["a"], [0.5, 0.5])
@@ -92,7 +92,7 @@ def test_merge_extreme_variance_ratio_is_finite(high_variance):
   noisy = (1e14 + 1e15 * signs * np.ones((8, 3))).astype(np.float32)
   exact = np.full((8, 3), 0.5, np.float32)
   rp, es = (noisy, exact) if high_variance == "rp" else (exact, noisy)
-  result = estimators.merge_inverse_variance(tf.constant(rp), tf.constant(es))
+  result = estimates.merge_inverse_variance(tf.constant(rp), tf.constant(es))
   for leaf in result:
     assert np.all(np.isfinite(leaf))
   expected_weight = 1.0 if high_variance == "rp" else 0.0
@@ -103,7 +103,7 @@ def test_merge_extreme_variance_ratio_is_finite(high_variance):
 
 def test_merge_in_tf_function_with_dynamic_num_samples():
   spec = {k: tf.TensorSpec([None, *s], tf.float32) for k, s in SHAPES.items()}
-  merge = tf.function(estimators.merge_inverse_variance, input_signature=[spec, spec])
+  merge = tf.function(estimates.merge_inverse_variance, input_signature=[spec, spec])
   rng = np.random.default_rng(1)
   for n in (3, 5):
     rp, es = _random_nest(rng, n, 0.5), _random_nest(rng, n, 1.5)
@@ -117,7 +117,7 @@ def test_merge_in_tf_function_with_dynamic_num_samples():
 
 def test_merge_rejects_mismatched_structures():
   with pytest.raises((ValueError, TypeError)):
-    estimators.merge_inverse_variance({"a": tf.zeros([2, 1])}, {"b": tf.zeros([2, 1])})
+    estimates.merge_inverse_variance({"a": tf.zeros([2, 1])}, {"b": tf.zeros([2, 1])})
 
 
 def test_merged_estimate_is_unbiased_and_beats_es():
@@ -127,7 +127,7 @@ def test_merged_estimate_is_unbiased_and_beats_es():
   mu = rng.normal(size=dim).astype(np.float32)
   g_rp = mu + 1e-2 * rng.normal(size=(n, dim)).astype(np.float32)
   g_es = mu + rng.normal(size=(n, dim)).astype(np.float32)
-  result = estimators.merge_inverse_variance(tf.constant(g_rp), tf.constant(g_es))
+  result = estimates.merge_inverse_variance(tf.constant(g_rp), tf.constant(g_es))
   merged = np.asarray(result.gradient)
   # Standard error of the inverse-variance-weighted mean: sqrt(1 / (n (1 / 1e-4 + 1 / 1))), about
   # 8.8e-4. Tolerance: every coordinate within 5 standard errors of mu (p ~ 6e-7 per coordinate),
@@ -141,40 +141,13 @@ def test_merged_estimate_is_unbiased_and_beats_es():
   assert merged_rms < 0.05 * es_rms
 
 
-# combine.
+# mean.
 
 
-@pytest.mark.parametrize("estimator", estimators.ESTIMATORS)
-def test_combine(estimator):
-  rng = np.random.default_rng(3)
-  rp, es = _random_nest(rng, 6, 0.2), _random_nest(rng, 6, 3.0)
-  gradient, result = estimators.combine(_tf(rp), _tf(es), estimator)
-  for key in SHAPES:
-    expected = {
-      "merged": _numpy_merge(rp[key], es[key])[0],
-      "rp": rp[key].mean(axis=0),
-      "es": es[key].mean(axis=0),
-      # The PES estimators: the samples' g_es field holds g_pes.
-      "pes": es[key].mean(axis=0),
-      "pes_merged": _numpy_merge(rp[key], es[key])[0],
-    }[estimator]
-    np.testing.assert_allclose(gradient[key], expected, rtol=1e-4, atol=1e-6)
-    # The diagnostics are there whatever the estimator.
-    np.testing.assert_allclose(
-      result.es_weight[key], _numpy_merge(rp[key], es[key])[3], rtol=1e-4, atol=1e-7
-    )
-
-
-def test_combine_unknown_estimator():
-  with pytest.raises(ValueError, match="merged"):
-    estimators.combine({"a": tf.zeros([2])}, {"a": tf.zeros([2])}, "persistent")
-
-
-def test_only_the_pes_estimators_need_persistent_workers():
-  persistent = [e for e in estimators.ESTIMATORS if estimators.is_persistent(e)]
-  assert persistent == ["pes", "pes_merged"]
-  with pytest.raises(ValueError, match="merged"):
-    estimators.is_persistent("persistent")
+def test_mean_over_the_samples():
+  # Three samples of a 2-vector: ((1 + 2 + 6) / 3, (0 - 3 + 0) / 3) = (3, -1).
+  samples = {"a": tf.constant([[1.0, 0.0], [2.0, -3.0], [6.0, 0.0]])}
+  np.testing.assert_allclose(estimates.mean(samples)["a"], [3.0, -1.0])
 
 
 # finite_mask and clip_by_value.
@@ -188,16 +161,16 @@ def test_finite_mask():
   g_rp["w"][1, 0, 1] = np.nan  # Sample 1: one NaN coordinate of g_rp.
   loss_minus[3] = np.inf  # Sample 3: an infinite L-.
   losses = (tf.constant(loss_plus), tf.constant(loss_minus))
-  mask = estimators.finite_mask(_tf(g_rp), _tf(g_es), *losses)
+  mask = estimates.finite_mask(_tf(g_rp), _tf(g_es), *losses)
   assert mask.dtype == tf.bool
   np.testing.assert_array_equal(mask, [True, False, True, False])
 
 
 def test_clip_by_value():
   nest = {"a": tf.constant([-0.5, 0.05, 0.2]), "b": tf.constant(-0.01)}
-  clipped = estimators.clip_by_value(nest, 0.1)
+  clipped = estimates.clip_by_value(nest, 0.1)
   np.testing.assert_allclose(clipped["a"], [-0.1, 0.05, 0.1])
   np.testing.assert_allclose(clipped["b"], -0.01)
-  assert estimators.clip_by_value(nest, None) is nest
+  assert estimates.clip_by_value(nest, None) is nest
   with pytest.raises(ValueError, match="limit"):
-    estimators.clip_by_value(nest, 0.0)
+    estimates.clip_by_value(nest, 0.0)

@@ -1,4 +1,4 @@
-"""Outer-gradient estimators: antithetic ES and the inverse-variance merge (Sec. 3, App. C).
+"""The math of the outer-gradient estimates: antithetic ES and the inverse-variance merge (Sec. 3).
 
 A worker returns, per truncation, the reparameterisation estimate g_rp = d/dtheta (L+ + L-) / 2
 and the antithetic ES estimate g_es = (L+ - L-) / 2 * e / sigma^2 of the gradient of the smoothed
@@ -7,14 +7,9 @@ every leaf and merges them per coordinate by inverse variance weighting (eq. 1):
 
   g_merged = (m_rp / v_rp + m_es / v_es) / (1 / v_rp + 1 / v_es),
 
-with m the means and v the empirical variances over the N samples. The Fig. 8 ablations use the
-mean of g_rp alone ("Gradients") or of g_es alone ("ES"); `combine` selects among them.
-
-Beyond the paper, persistent ES (outer/pes.py, docs/pes.md): with "pes" or "pes_merged" the
-workers send g_pes in the place of g_es. "pes" is the mean of g_pes alone, an unbiased estimate
-of the smoothed full-run gradient; "pes_merged" merges g_rp with g_pes by eq. 1, like "merged"
-(g_rp is still a truncated, hence biased, gradient, so the merge is biased wherever it weights
-g_rp).
+with m the means and v the empirical variances over the N samples. Which of these the chief
+applies is the estimator's choice (outer/estimators/: "merged", "rp", "es", "pes", ...); this
+module holds the pure functions they share, and the chief's finite-sample mask and clip.
 
 All functions are plain TF over nests, eager-testable and usable inside the chief's tf.function
 with a dynamic number of samples N.
@@ -26,9 +21,6 @@ import tensorflow as tf
 
 from task_specific_learned_opt import nests
 
-ESTIMATORS = ("merged", "rp", "es", "pes", "pes_merged")
-# The estimators whose samples carry g_pes in the place of g_es (the workers run PES).
-PERSISTENT_ESTIMATORS = ("pes", "pes_merged")
 VARIANCE_EPSILON = 1e-8  # App. C / authors' code: added to both empirical variances.
 
 
@@ -81,23 +73,6 @@ class MergeResult(NamedTuple):
   rp_variance: nests.Nest
   es_variance: nests.Nest
   es_weight: nests.Nest
-
-
-def is_persistent(estimator: str) -> bool:
-  """Whether `estimator` needs PES samples (g_pes in the place of g_es) from the workers.
-
-  Args:
-    estimator: one of `ESTIMATORS`.
-
-  Returns:
-    True for "pes" and "pes_merged".
-
-  Raises:
-    ValueError: if `estimator` is not one of `ESTIMATORS`.
-  """
-  if estimator not in ESTIMATORS:
-    raise ValueError(f"Unknown estimator {estimator!r}; known: {list(ESTIMATORS)}.")
-  return estimator in PERSISTENT_ESTIMATORS
 
 
 def _moments(samples: tf.Tensor, epsilon: float) -> tuple[tf.Tensor, tf.Tensor]:
@@ -177,35 +152,16 @@ def merge_inverse_variance(
   return result
 
 
-def combine(
-  g_rp: nests.Nest, g_es: nests.Nest, estimator: str, epsilon: float = VARIANCE_EPSILON
-) -> tuple[nests.Nest, MergeResult]:
-  """The outer gradient of one of `ESTIMATORS` from N stacked samples (Sec. 3, Fig. 8).
-
-  "merged": g_merged of eq. 1; "rp": mean(g_rp) (Fig. 8 "Gradients"); "es": mean(g_es) (Fig. 8
-  "ES"). With PES samples (g_pes in the place of g_es): "pes": mean(g_pes); "pes_merged": eq. 1
-  over g_rp and g_pes. The merge diagnostics are computed in every case, for the summaries.
+def mean(samples: nests.Nest) -> nests.Nest:
+  """The mean over the N samples stacked on axis 0 of every leaf, in float32.
 
   Args:
-    g_rp: per-sample reparameterisation estimates, leaves [N, ...].
-    g_es: per-sample ES estimates (g_pes for the PES estimators), the same structure and
-      shapes.
-    estimator: one of `ESTIMATORS`.
-    epsilon: added to both variances.
+    samples: per-sample estimates, a nest with leaves [N, ...]; N may be dynamic.
 
   Returns:
-    (gradient, merge_result): the outer gradient, a nest like one sample, and the MergeResult.
-
-  Raises:
-    ValueError: if `estimator` is not one of `ESTIMATORS`.
+    A float32 nest shaped like one sample.
   """
-  if estimator not in ESTIMATORS:
-    raise ValueError(f"Unknown estimator {estimator!r}; known: {list(ESTIMATORS)}.")
-  result, rp_mean, es_mean = _merge(g_rp, g_es, epsilon)
-  merged = result.gradient
-  gradient = {"merged": merged, "rp": rp_mean, "es": es_mean, "pes": es_mean, "pes_merged": merged}
-  gradient = gradient[estimator]
-  return gradient, result
+  return tf.nest.map_structure(lambda x: tf.reduce_mean(tf.cast(x, tf.float32), axis=0), samples)
 
 
 def _all_finite_per_sample(samples: tf.Tensor) -> tf.Tensor:

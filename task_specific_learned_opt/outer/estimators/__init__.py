@@ -1,0 +1,1 @@
+"""Outer-gradient estimators, one module each, chosen by name (registry.py; interface: base.py)."""
