@@ -62,11 +62,136 @@ def static_shape(input_shape: Sequence[int] | tf.TensorShape | tf.Tensor) -> tup
   return tuple(shape.as_list())
 
 
-def _batch_norm(x: tf.Tensor, params: dict) -> tf.Tensor:
-  # Batch statistics in every split: the inner loop has no running averages to carry.
-  mean, variance = tf.nn.moments(x, axes=[0, 1, 2], keepdims=True)
-  x = (x - mean) * tf.math.rsqrt(variance + BATCH_NORM_EPSILON)
-  return x * params["scale"] + params["offset"]
+BATCH_NORM_GRADIENTS = ("closed_form", "autodiff", "moments")
+_AXES = [0, 1, 2]  # Batch and spatial axes: one mean and variance per channel.
+
+
+def batch_norm_autodiff(x: tf.Tensor, scale: tf.Tensor, offset: tf.Tensor) -> tf.Tensor:
+  """Batch norm in plain ops, x_hat * scale + offset, differentiated by TensorFlow.
+
+  x_hat = (x - mean) / sqrt(var + eps), with the mean and variance of each channel over the
+  batch and spatial axes: batch statistics in every split, since the inner loop has no running
+  averages to carry.
+
+  Args:
+    x: activations [B, H, W, C].
+    scale: gamma [C].
+    offset: beta [C].
+
+  Returns:
+    The normalised activations, [B, H, W, C].
+  """
+  centred = x - tf.reduce_mean(x, _AXES)
+  inv_std = tf.math.rsqrt(tf.reduce_mean(tf.square(centred), _AXES) + BATCH_NORM_EPSILON)
+  return centred * inv_std * scale + offset
+
+
+def batch_norm_moments(x: tf.Tensor, scale: tf.Tensor, offset: tf.Tensor) -> tf.Tensor:
+  """`batch_norm_autodiff` with the statistics of tf.nn.moments, as the shipped runs used.
+
+  Note: the values and first derivatives are those of `batch_norm_autodiff`, but tf.nn.moments
+  stops the gradient of the mean inside the variance, so its second derivatives lose the term
+  -(2 / n^2) * dL/dvar * sum(v) of the variance's Hessian (n elements per channel, v the
+  direction). That changes the outer gradient g_rp (by 0.5% in norm on a quickstart sample);
+  the shipped batch-norm thetas were outer-trained with it. Kept to reproduce those runs.
+  """
+  mean, variance = tf.nn.moments(x, axes=_AXES)
+  return (x - mean) * tf.math.rsqrt(variance + BATCH_NORM_EPSILON) * scale + offset
+
+
+def _backward(
+  dy: tf.Tensor, scale: tf.Tensor, x_hat: tf.Tensor, inv_std: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tuple]:
+  """(dx, d_scale, d_offset) of batch norm, and the means its own derivative reuses."""
+  m1 = tf.reduce_mean(dy, _AXES)
+  m2 = tf.reduce_mean(dy * x_hat, _AXES)
+  a = scale * inv_std
+  n = tf.cast(tf.size(dy) // tf.shape(dy)[-1], dy.dtype)
+  dx = dy * a + (x_hat * (-a * m2) - a * m1)
+  return dx, n * m2, n * m1, (m1, m2, a, n)
+
+
+def _backward_vjp(
+  u: tf.Tensor,
+  c_scale: tf.Tensor,
+  c_offset: tf.Tensor,
+  dy: tf.Tensor,
+  scale: tf.Tensor,
+  x_hat: tf.Tensor,
+  inv_std: tf.Tensor,
+  means: tuple,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+  """(d_dy, d_x, d_scale): the derivative of `_backward` along the cotangents (u, c_scale,
+  c_offset) of its outputs (dx, d_scale, d_offset); see batch_norm_closed_form."""
+  m1, m2, a, n = means
+  mu, mux, mudy = (tf.reduce_mean(t, _AXES) for t in (u, u * x_hat, u * dy))
+  ur = mudy - m1 * mu - m2 * mux  # mean(u * r), r = dy - m1 - x_hat * m2, dx = a * r.
+  alpha, beta = c_scale - a * mux, -a * m2  # c_x_hat = alpha * dy + beta * u.
+  mean_c, mean_cx = alpha * m1 + beta * mu, alpha * m2 + beta * mux
+  d_dy = u * a + (x_hat * alpha + (c_offset - a * mu))
+  d_x = (dy * (inv_std * alpha) + u * (inv_std * beta)) + (
+    x_hat * (-inv_std * mean_cx - scale * ur * inv_std**2) - inv_std * mean_c
+  )
+  return d_dy, d_x, n * inv_std * ur
+
+
+def batch_norm_closed_form(x: tf.Tensor, scale: tf.Tensor, offset: tf.Tensor) -> tf.Tensor:
+  """`batch_norm_autodiff` with its first and second derivatives written out.
+
+  Per channel, over its n elements (means over the batch and spatial axes), y = scale * x_hat
+  + offset and, for a cotangent dy,
+
+    d_offset = n mean(dy),  d_scale = n mean(dy x_hat),
+    dx = a (dy - mean(dy) - x_hat mean(dy x_hat)),  a = scale * inv_std.
+
+  The outer gradient differentiates that backward pass again (g_rp goes through the inner
+  gradient). For cotangents (u, c_scale, c_offset) of (dx, d_scale, d_offset), with
+  r = dy - mean(dy) - x_hat mean(dy x_hat):
+
+    d_dy = a (u - mean(u) - x_hat mean(u x_hat)) + c_scale x_hat + c_offset,
+    d_scale = n inv_std mean(u r),
+    d_x = inv_std (c - mean(c) - x_hat mean(c x_hat)) - scale inv_std^2 mean(u r) x_hat,
+    c = c_scale dy - a (mean(dy x_hat) u + mean(u x_hat) dy),
+
+  c being the cotangent of x_hat at fixed inv_std and the last term the path through inv_std.
+  Each is a few elementwise passes and three means, where TensorFlow's derivative of its own
+  gradient graph takes about twice as many passes (docs/performance.md). Values and both
+  derivatives equal `batch_norm_autodiff`'s to float rounding (tests/tasks/test_networks.py).
+
+  Args:
+    x: activations [B, H, W, C].
+    scale: gamma [C].
+    offset: beta [C].
+
+  Returns:
+    The normalised activations, [B, H, W, C].
+  """
+
+  @tf.custom_gradient
+  def normalise(x: tf.Tensor, scale: tf.Tensor, offset: tf.Tensor) -> tuple:
+    centred = x - tf.reduce_mean(x, _AXES)
+    inv_std = tf.math.rsqrt(tf.reduce_mean(tf.square(centred), _AXES) + BATCH_NORM_EPSILON)
+    x_hat = centred * inv_std
+
+    @tf.custom_gradient
+    def backward(dy: tf.Tensor, x: tf.Tensor, scale: tf.Tensor) -> tuple:
+      dx, d_scale, d_offset, means = _backward(dy, scale, x_hat, inv_std)
+
+      def vjp(u: tf.Tensor, c_scale: tf.Tensor, c_offset: tf.Tensor) -> tuple:
+        return _backward_vjp(u, c_scale, c_offset, dy, scale, x_hat, inv_std, means)
+
+      return (dx, d_scale, d_offset), vjp
+
+    return x_hat * scale + offset, lambda dy: backward(dy, x, scale)
+
+  return normalise(x, scale, offset)
+
+
+_BATCH_NORMS = {
+  "closed_form": batch_norm_closed_form,
+  "autodiff": batch_norm_autodiff,
+  "moments": batch_norm_moments,
+}
 
 
 class Model:
@@ -103,6 +228,7 @@ class ConvNet(Model):
     kernel_size: int = 3,
     batch_norm: bool = False,
     num_classes: int = 10,
+    batch_norm_gradient: str = "closed_form",
   ):
     """Describes the network; `init` makes its parameters.
 
@@ -112,12 +238,21 @@ class ConvNet(Model):
       kernel_size: k of the k x k kernels.
       batch_norm: batch normalisation after each conv layer (App. H).
       num_classes: outputs of the linear layer.
+      batch_norm_gradient: how batch norm is differentiated, one of BATCH_NORM_GRADIENTS:
+        "closed_form" (`batch_norm_closed_form`), "autodiff" (the same function in plain ops)
+        or "moments" (`batch_norm_moments`, whose second derivatives miss a term).
 
     Raises:
-      ValueError: `channels` and `strides` differ in length.
+      ValueError: `channels` and `strides` differ in length, or an unknown
+        `batch_norm_gradient`.
     """
     if len(channels) != len(strides):
       raise ValueError(f"channels {channels} and strides {strides} must have the same length.")
+    if batch_norm_gradient not in BATCH_NORM_GRADIENTS:
+      raise ValueError(
+        f"batch_norm_gradient {batch_norm_gradient!r} is not one of {BATCH_NORM_GRADIENTS}."
+      )
+    self.batch_norm_gradient = batch_norm_gradient
     self.channels = tuple(int(c) for c in channels)
     self.strides = tuple(int(s) for s in strides)
     self.kernel_size = int(kernel_size)
@@ -152,7 +287,7 @@ class ConvNet(Model):
       layer = params[f"conv{i}"]
       x = tf.nn.conv2d(x, layer["w"], strides=stride, padding="SAME") + layer["b"]
       if self.batch_norm:
-        x = _batch_norm(x, layer)
+        x = _BATCH_NORMS[self.batch_norm_gradient](x, layer["scale"], layer["offset"])
       x = tf.nn.relu(x)
     x = tf.reduce_mean(x, axis=[1, 2])
     return tf.matmul(x, params["linear"]["w"]) + params["linear"]["b"]
@@ -195,10 +330,21 @@ class MLP(Model):
 
 @gin.configurable
 def paper_cnn(
-  channels: int = 32, strides: Sequence[int] = (2, 2, 1), batch_norm: bool = False
+  channels: int = 32,
+  strides: Sequence[int] = (2, 2, 1),
+  batch_norm: bool = False,
+  batch_norm_gradient: str = "closed_form",
 ) -> ConvNet:
-  """The paper's inner CNN (Sec. 4.2, App. D.2); depth is len(strides), App. H adds batch norm."""
-  return ConvNet(channels=(channels,) * len(strides), strides=strides, batch_norm=batch_norm)
+  """The paper's inner CNN (Sec. 4.2, App. D.2); depth is len(strides), App. H adds batch norm.
+
+  `batch_norm_gradient` as in ConvNet.
+  """
+  return ConvNet(
+    channels=(channels,) * len(strides),
+    strides=strides,
+    batch_norm=batch_norm,
+    batch_norm_gradient=batch_norm_gradient,
+  )
 
 
 @gin.configurable

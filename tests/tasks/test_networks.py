@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from task_specific_learned_opt.learned_optimizers import mlp_lopt
+from task_specific_learned_opt.outer import antithetic, truncated_unroll
 from task_specific_learned_opt.tasks import image_task, networks
 
 
@@ -67,9 +69,94 @@ def test_batch_norm_normalises_each_channel():
   assert set(params["conv0"]) == {"w", "b", "scale", "offset"}
   x = tf.random.stateless_normal([6, 8, 8, 3], [0, 0]) * 5 + 2
   pre = tf.nn.conv2d(x, params["conv0"]["w"], 1, "SAME") + params["conv0"]["b"]
-  normalised = networks._batch_norm(pre, params["conv0"])
+  normalised = networks.batch_norm_closed_form(
+    pre, params["conv0"]["scale"], params["conv0"]["offset"]
+  )
   np.testing.assert_allclose(tf.reduce_mean(normalised, [0, 1, 2]), 0, atol=1e-4)
   np.testing.assert_allclose(tf.math.reduce_std(normalised, [0, 1, 2]), 1, atol=1e-3)
+
+
+def _second_order(batch_norm, x, scale, offset):
+  """z = <dL/dx, v> + |dL/dscale|^2 + <dL/doffset, dL/dscale> of L = sum(w * sin(BN(x))), and
+  dz/d(x, scale, offset): second derivatives of BN along every path the outer gradient takes."""
+  w, v = (tf.cast(tf.random.stateless_normal(x.shape, [s, 1]), x.dtype) for s in (7, 9))
+
+  @tf.function(autograph=False)
+  def run(x, scale, offset):
+    with tf.GradientTape() as outer:
+      outer.watch([x, scale, offset])
+      with tf.GradientTape() as inner:
+        inner.watch([x, scale, offset])
+        loss = tf.reduce_sum(w * tf.sin(batch_norm(x, scale, offset)))
+      gx, gs, go = inner.gradient(loss, [x, scale, offset])
+      z = tf.reduce_sum(gx * v) + tf.reduce_sum(gs**2) + tf.reduce_sum(go * gs)
+    return [loss, gx, gs, go, *outer.gradient(z, [x, scale, offset])], z
+
+  return run(x, scale, offset)
+
+
+def _bn_inputs(dtype):
+  x = tf.random.stateless_normal([4, 3, 3, 5], [1, 2], dtype=dtype) * 3 + 1
+  scale, offset = (tf.random.stateless_normal([5], [s, 4], dtype=dtype) for s in (3, 5))
+  return x, scale, offset
+
+
+def test_closed_form_batch_norm_has_the_derivatives_of_the_plain_ops():
+  # float64: loss, first and second derivatives equal the plain ops' to rounding.
+  x, scale, offset = _bn_inputs(tf.float64)
+  closed, _ = _second_order(networks.batch_norm_closed_form, x, scale, offset)
+  plain, _ = _second_order(networks.batch_norm_autodiff, x, scale, offset)
+  for a, b in zip(closed, plain, strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+  # ...and a central difference of z along a direction d agrees with dz/dx . d.
+  d, h = tf.random.stateless_normal(x.shape, [11, 8], dtype=tf.float64), 1e-5
+  z = [
+    _second_order(networks.batch_norm_autodiff, x + s * h * d, scale, offset)[1] for s in (1, -1)
+  ]
+  assert float(tf.reduce_sum(closed[4] * d)) == pytest.approx(
+    float(z[0] - z[1]) / (2 * h), rel=1e-8
+  )
+
+
+def test_moments_batch_norm_differs_only_in_second_derivatives():
+  # tf.nn.moments stops the mean's gradient inside the variance: the same loss and gradient,
+  # second derivatives with respect to x off by the Hessian term it drops.
+  x, scale, offset = _bn_inputs(tf.float64)
+  moments, _ = _second_order(networks.batch_norm_moments, x, scale, offset)
+  plain, _ = _second_order(networks.batch_norm_autodiff, x, scale, offset)
+  for a, b in zip(moments[:4], plain[:4], strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+  assert np.abs(moments[4] - plain[4]).max() > 1e-3
+
+
+def _bn_cnn_sample(batch_norm_gradient):
+  """g_rp, g_es, L+ and L- of one antithetic truncation (K = 4) of a small batch-normed CNN."""
+  model = networks.ConvNet(
+    channels=(4, 4), strides=(2, 1), batch_norm=True, batch_norm_gradient=batch_norm_gradient
+  )
+  images = tf.random.stateless_uniform([16, 8, 8, 3], [5, 6], maxval=256, dtype=tf.int32)
+  labels = tf.random.stateless_uniform([16], [7, 8], maxval=10, dtype=tf.int32)
+  split = (tf.cast(images, tf.uint8), labels)
+  task = image_task.ImageTask(model, dict.fromkeys(("train", "valid", "test"), split), 8)
+  lopt = mlp_lopt.MLPLOpt()
+  theta = lopt.init(0)
+  state = lopt.opt_fn(theta).init(task.init_params(1))
+  unroll = truncated_unroll.Unroll(task, lopt, recompute=False)
+  sample = tf.function(antithetic.truncation_sample, autograph=False)
+  return sample(unroll, theta, state, tf.constant(4), [2, 3], [4, 5], 0.1)[:4]
+
+
+def test_a_truncation_sample_is_the_same_with_each_batch_norm_gradient():
+  # The worker's sample through the closed-form derivatives against TensorFlow's own.
+  closed, plain = _bn_cnn_sample("closed_form"), _bn_cnn_sample("autodiff")
+  for a, b in zip(tf.nest.flatten(closed), tf.nest.flatten(plain), strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7 * np.abs(b).max())
+  assert np.abs(tf.nest.flatten(closed[0])[0]).max() > 0  # g_rp is not trivially zero.
+
+
+def test_an_unknown_batch_norm_gradient_raises():
+  with pytest.raises(ValueError, match="batch_norm_gradient"):
+    networks.ConvNet(batch_norm=True, batch_norm_gradient="fused")
 
 
 @pytest.mark.parametrize(
