@@ -47,8 +47,9 @@ README_FILENAME = "README.md"
 PRETRAINED_DIRNAME = "pretrained"
 # The options a loaded theta need not have as on its card: the theta's initialisation
 # (output_init_scale, momentum_init), the kernel ("fast" and "reference" compute the same update)
-# and changes made on purpose when applying a theta past its horizon (time_max_step, weight_decay,
-# weight_decay_start; docs/longer_unrolls.md).
+# and changes made on purpose to how its step is applied: past its horizon (time_max_step,
+# weight_decay, weight_decay_start; docs/longer_unrolls.md) or outside its family (the guards
+# gate_growth and max_step_rms; docs/evaluation.md). The MLP's inputs and outputs are the same.
 UNPINNED_OPTIONS = (
   "implementation",
   "time_max_step",
@@ -56,6 +57,8 @@ UNPINNED_OPTIONS = (
   "weight_decay_start",
   "output_init_scale",
   "momentum_init",
+  "gate_growth",
+  "max_step_rms",
 )
 # The options a loaded theta must have as on its card: every other one changes what theta computes.
 PINNED_OPTIONS = tuple(name for name in mlp_options.NAMES if name not in UNPINNED_OPTIONS)

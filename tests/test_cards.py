@@ -69,11 +69,11 @@ def test_a_theta_saved_again_keeps_one_export_and_its_card(tmp_path):
 def test_loading_with_options_other_than_the_cards_is_refused_in_one_line():
   with pytest.raises(cards.CardMismatchError) as error:
     keras_optimizer.LearnedOptimizer.from_pretrained(
-      "bn_cnn_valid", lopt=mlp_lopt.MLPLOpt(gate_growth=True)
+      "bn_cnn_valid", lopt=mlp_lopt.MLPLOpt(use_time=False)
     )
   message = str(error.value)
   assert "\n" not in message
-  assert "gate_growth=False" in message and "gate_growth=True" in message
+  assert "use_time=True" in message and "use_time=False" in message
   assert "lopt=None" in message and "card.json" in message
   with pytest.raises(cards.CardMismatchError, match="hidden_size=32"):  # Before the shape check.
     checkpoints.load_theta(
@@ -81,8 +81,15 @@ def test_loading_with_options_other_than_the_cards_is_refused_in_one_line():
     )
 
 
-def test_options_changed_on_purpose_for_longer_runs_are_not_refused():
-  lopt = mlp_lopt.MLPLOpt(time_max_step=499, weight_decay=1e-3, implementation="reference")
+@pytest.mark.parametrize(
+  "options",
+  [
+    {"time_max_step": 499, "weight_decay": 1e-3, "implementation": "reference"},  # longer runs
+    {"gate_growth": True, "max_step_rms": 3e-3},  # out of the family: the step's guards
+  ],
+)
+def test_options_changed_on_purpose_are_not_refused(options):
+  lopt = mlp_lopt.MLPLOpt(**options)
   theta = checkpoints.load_theta(os.path.join(PRETRAINED, "generated_bn_cnn_valid", "theta"), lopt)
   assert theta["hidden"]["w"].shape == (16, 32)
 
