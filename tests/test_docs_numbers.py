@@ -233,3 +233,22 @@ def test_fig6_on_the_papers_family(found, table):
   for kind, name in (("sgdm", "SGD+momentum"), ("adam+reg+decay", "Adam+Reg+Decay")):
     r = next(v for b, v in valid.items() if b.startswith(kind + " "))
     assert f"{name}'s {r['baseline_mean_loss']:.3f}" in row and r["wins"] == 10
+
+
+def test_the_paper_scale_cost_table_recomputes_from_its_measurement():
+  path = os.path.join(testing_utils.REPO, "benchmarks", "results")
+  with open(os.path.join(path, "local_workers_paper_samples_intra1.json")) as f:
+    per_step = json.load(f)["seconds_per_inner_step_of_a_sample"]
+  samples, first_k, last_k, steps = 128, 53, 10_000, 5_000
+  mean_k = (50 + last_k) / 2
+  total = samples * steps * mean_k
+  with open(os.path.join(testing_utils.REPO, "docs", "performance.md")) as f:
+    text = f.read().split("## What the paper's scale costs", 1)[1]
+  assert f"{per_step:.4f} s per inner step" in re.sub(r"\s+", " ", text)
+  assert f"| {samples * first_k:,} | {samples * first_k * per_step:.0f} s here" in text
+  last = samples * last_k * per_step
+  assert f"| {samples * last_k:,} | {last / 3600:.1f} h here; {last / 128 / 60:.1f} min" in text
+  assert f"| {total:.3e} | {total * per_step / 3600 / 24 / 365:.1f} years here; " in text
+  assert f"{total * per_step / 128 / 3600 / 24:.1f} days on 128 workers" in text
+  assert f"| {round(total * per_step / 3600, -2):,.0f} |" in text
+  assert f"(mean K {mean_k:,.0f})" in text
