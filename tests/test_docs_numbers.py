@@ -3,7 +3,8 @@
 Each count of tasks won that the results table gives for a shipped evaluation is checked, to the
 precision it is printed, against pretrained/: the means over tasks, the count, the sign test's p
 and the mean difference with its bootstrap interval (evaluation/shipped.py recomputes them from
-the per-task differences, as pretrained/statistics.md gives them).
+the per-task differences, as pretrained/statistics.md gives them). The worked example's README
+(examples/own_keras_model/) is checked the same way against the result files committed beside it.
 """
 
 import json
@@ -233,3 +234,53 @@ def test_fig6_on_the_papers_family(found, table):
   for kind, name in (("sgdm", "SGD+momentum"), ("adam+reg+decay", "Adam+Reg+Decay")):
     r = next(v for b, v in valid.items() if b.startswith(kind + " "))
     assert f"{name}'s {r['baseline_mean_loss']:.3f}" in row and r["wins"] == 10
+
+
+EXAMPLE = os.path.join(testing_utils.REPO, "examples", "own_keras_model")
+# The objective Adam's learning rate is tuned on for each metric (tuning.py, reporting.py).
+TUNED_ON = {
+  "mean_loss": "training",
+  "mean_test_loss": "validation",
+  "final_test_loss": "validation",
+}
+
+
+@pytest.fixture(scope="module")
+def example_readme():
+  with open(os.path.join(EXAMPLE, "README.md")) as f:
+    return f.read()
+
+
+def _example_results(name):
+  with open(os.path.join(EXAMPLE, "results", name)) as f:
+    return json.load(f)
+
+
+@pytest.mark.parametrize(
+  "name", ["summary.json", os.path.join("selection_step_cap", "summary.json")]
+)
+def test_the_own_model_examples_comparison_tables_are_its_evaluations(example_readme, name):
+  """Each comparison of the example's committed evaluations is a row of a table in its README:
+  the two means and the count with its sign test and interval (statistics.claim)."""
+  for c in _example_results(name)["comparisons"]:
+    row = (
+      f"| {c['metric_name']} (Adam tuned on {TUNED_ON[c['metric']]} loss) | "
+      f"{c['learned_mean_loss']:.4f} | {c['baseline_mean_loss']:.4f} | "
+      f"{statistics.claim(statistics.of_comparison(c))} |"
+    )
+    assert row in example_readme, row
+
+
+def test_the_own_model_examples_model_fit_table_and_time_are_its_results(example_readme):
+  for name, losses in _example_results("fit_with_theta.json")["results"].items():
+    label = "learned" if name == "learned" else f"Adam, lr {name.split('=')[1]}"
+    row = (
+      f"| {label} | {losses['train_loss']:.4f} | {losses['test_loss']:.4f} | "
+      f"{losses['test_accuracy']:.3f} |"
+    )
+    assert row in example_readme, row
+  seconds = _example_results("wall_clock.json")
+  text = re.sub(r"\s+", " ", example_readme)
+  assert f"{seconds['total_seconds'] / 60:.1f} minutes" in text
+  for stage in ("total", "train_local", "fit_with_theta", "cpu"):
+    assert f"{seconds[stage + '_seconds']} s" in text, stage
