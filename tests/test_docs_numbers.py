@@ -257,7 +257,12 @@ def _example_results(name):
 
 
 @pytest.mark.parametrize(
-  "name", ["summary.json", os.path.join("selection_step_cap", "summary.json")]
+  "name",
+  [
+    "summary.json",
+    os.path.join("selection_step_cap", "summary.json"),
+    os.path.join("outer_train_tasks", "summary.json"),
+  ],
 )
 def test_the_own_model_examples_comparison_tables_are_its_evaluations(example_readme, name):
   """Each comparison of the example's committed evaluations is a row of a table in its README:
