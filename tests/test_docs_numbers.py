@@ -260,6 +260,7 @@ def _example_results(name):
   "name",
   [
     "summary.json",
+    os.path.join("held_out_30_tasks", "summary.json"),
     os.path.join("selection_step_cap", "summary.json"),
     os.path.join("outer_train_tasks", "summary.json"),
   ],
