@@ -3,7 +3,8 @@
 Each count of tasks won that the results table gives for a shipped evaluation is checked, to the
 precision it is printed, against pretrained/: the means over tasks, the count, the sign test's p
 and the mean difference with its bootstrap interval (evaluation/shipped.py recomputes them from
-the per-task differences, as pretrained/statistics.md gives them).
+the per-task differences, as pretrained/statistics.md gives them). The worked example's README
+(examples/own_keras_model/) is checked the same way against the result files committed beside it.
 """
 
 import json
@@ -252,3 +253,59 @@ def test_the_paper_scale_cost_table_recomputes_from_its_measurement():
   assert f"{total * per_step / 128 / 3600 / 24:.1f} days on 128 workers" in text
   assert f"| {round(total * per_step / 3600, -2):,.0f} |" in text
   assert f"(mean K {mean_k:,.0f})" in text
+
+
+EXAMPLE = os.path.join(testing_utils.REPO, "examples", "own_keras_model")
+# The objective Adam's learning rate is tuned on for each metric (tuning.py, reporting.py).
+TUNED_ON = {
+  "mean_loss": "training",
+  "mean_test_loss": "validation",
+  "final_test_loss": "validation",
+}
+
+
+@pytest.fixture(scope="module")
+def example_readme():
+  with open(os.path.join(EXAMPLE, "README.md")) as f:
+    return f.read()
+
+
+def _example_results(name):
+  with open(os.path.join(EXAMPLE, "results", name)) as f:
+    return json.load(f)
+
+
+@pytest.mark.parametrize(
+  "name",
+  [
+    "summary.json",
+    os.path.join("held_out_30_tasks", "summary.json"),
+    os.path.join("selection_step_cap", "summary.json"),
+    os.path.join("outer_train_tasks", "summary.json"),
+  ],
+)
+def test_the_own_model_examples_comparison_tables_are_its_evaluations(example_readme, name):
+  """Each comparison of the example's committed evaluations is a row of a table in its README:
+  the two means and the count with its sign test and interval (statistics.claim)."""
+  for c in _example_results(name)["comparisons"]:
+    row = (
+      f"| {c['metric_name']} (Adam tuned on {TUNED_ON[c['metric']]} loss) | "
+      f"{c['learned_mean_loss']:.4f} | {c['baseline_mean_loss']:.4f} | "
+      f"{statistics.claim(statistics.of_comparison(c))} |"
+    )
+    assert row in example_readme, row
+
+
+def test_the_own_model_examples_model_fit_table_and_time_are_its_results(example_readme):
+  for name, losses in _example_results("fit_with_theta.json")["results"].items():
+    label = "learned" if name == "learned" else f"Adam, lr {name.split('=')[1]}"
+    row = (
+      f"| {label} | {losses['train_loss']:.4f} | {losses['test_loss']:.4f} | "
+      f"{losses['test_accuracy']:.3f} |"
+    )
+    assert row in example_readme, row
+  seconds = _example_results("wall_clock.json")
+  text = re.sub(r"\s+", " ", example_readme)
+  assert f"{seconds['total_seconds'] / 60:.1f} minutes" in text
+  for stage in ("total", "train_local", "fit_with_theta", "cpu"):
+    assert f"{seconds[stage + '_seconds']} s" in text, stage

@@ -97,9 +97,11 @@ def test_the_example_runs_end_to_end(tmp_path, capsys):
   )
 
   gin.clear_config()
-  argv = [f"--theta_dir={theta_dir}", "--adam_learning_rates", "0.01"]
+  fit_json = str(tmp_path / "fit_with_theta.json")
+  argv = [f"--theta_dir={theta_dir}", "--adam_learning_rates", "0.01", f"--output={fit_json}"]
   results = _fit_script().main(argv + [f"--gin_bindings={b}" for b in TINY])
   assert sorted(results) == ["adam lr=0.01", "learned"]
+  assert json.load(open(fit_json)) == {"task_seed": 0, "results": results}
   assert all(math.isfinite(v) for losses in results.values() for v in losses.values())
   output = capsys.readouterr().out
   assert "model.fit for 6 steps of batch 32" in output and "learned " in output

@@ -10,7 +10,8 @@ its train examples with `model.fit`: once with theta as a Keras optimizer
 (task_specific_learned_opt.keras.optimizer.LearnedOptimizer), once with Keras's Adam at each of a
 few learning rates. Every run starts from the same weights and sees the same batches (drawn with
 replacement, as the project's tasks draw them) for the horizon theta was trained for,
-Worker.horizon. It prints each optimizer's final training and test loss.
+Worker.horizon. It prints each optimizer's final training and test loss, and with --output writes
+them to a JSON file.
 """
 
 # ruff: noqa: E402 - TensorFlow loads after quiet_start.start(), which silences its C++ notices.
@@ -28,7 +29,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from task_specific_learned_opt import gin_config
+from task_specific_learned_opt import files, gin_config
 from task_specific_learned_opt.cli import common as cli
 from task_specific_learned_opt.keras import optimizer as keras_optimizer
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
@@ -149,6 +150,7 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
   )
   parser.add_argument("--num_steps", type=int, default=None, help="Default: Worker.horizon.")
   parser.add_argument("--task_seed", type=int, default=0, help="Which held-out task.")
+  parser.add_argument("--output", default=None, help="A JSON file for the results (optional).")
   parser.add_argument(
     "--adam_learning_rates", type=float, nargs="+", default=list(ADAM_LEARNING_RATES)
   )
@@ -163,14 +165,17 @@ def main(argv: Sequence[str]) -> dict[str, dict[str, float]]:
     argv: the command line without the program name.
 
   Returns:
-    What `compare` returns.
+    What `compare` returns; also written to --output, with the task seed, if given.
   """
   args = _parse_args(argv)
   gin_config.parse(
     args.gin_file or [GIN_FILE], args.gin_bindings, args.import_module or [USER_MODULE]
   )
   gin_config.configure_threads()
-  return compare(args.theta_dir, args.num_steps, args.task_seed, args.adam_learning_rates)
+  results = compare(args.theta_dir, args.num_steps, args.task_seed, args.adam_learning_rates)
+  if args.output:
+    files.write_json(args.output, {"task_seed": args.task_seed, "results": results})
+  return results
 
 
 if __name__ == "__main__":
