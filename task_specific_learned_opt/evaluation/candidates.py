@@ -39,17 +39,21 @@ class Candidate(NamedTuple):
   """An optimizer to evaluate, built from tensors fed at run time, so nothing retraces.
 
   make(values) returns the Optimizer for `values` (a nest of tensors: theta, or a dict of
-  hyper-parameters). Candidates that share `make` share compiled functions.
+  hyper-parameters). Candidates that share `make` share compiled functions. `settings` names
+  what else `make` depends on (a learned optimizer's options), so that a run made with other
+  settings is not taken for this candidate's (run_cache.py).
   """
 
   name: str
   make: Callable[[Any], opt_base.Optimizer]
   values: Any
+  settings: str = ""
 
 
 def learned(name: str, lopt: lopt_base.LearnedOptimizer, theta: nests.Theta) -> Candidate:
-  """`lopt` at `theta` (a nest of tensors or arrays)."""
-  return Candidate(name, lopt.opt_fn, tf.nest.map_structure(np.asarray, theta))
+  """`lopt` at `theta` (a nest of tensors or arrays); its settings: `lopt`'s options."""
+  settings = repr(getattr(lopt, "options", type(lopt).__name__))
+  return Candidate(name, lopt.opt_fn, tf.nest.map_structure(np.asarray, theta), settings)
 
 
 def fixed(name: str, optimizer: opt_base.Optimizer) -> Candidate:

@@ -184,18 +184,18 @@ def histogram_key(comparison: dict) -> str:
 
 # The run-averaged metrics a summary keeps per task (averaged over inits).
 SUMMARY_METRICS = ("mean_loss", "mean_valid_loss", "mean_test_loss", "final_test_loss")
-# A run diverged when a measured loss is not finite or its training loss rose above this many
-# times its first measured value (the loss of the initial weights).
+# A run diverged when a measured loss is not finite or a split's loss rose above this many times
+# its first measured value (the loss of the initial weights).
 DIVERGENCE_FACTOR = 2.0
 
 
 def training_check(result: Mapping[str, Any]) -> dict:
   """Whether each run of one candidate at least trained (App. E: "still reduces the loss").
 
-  A run *trained* when its training loss at the last measured step is below the one at the first
-  (the initial weights) and it did not diverge; it *diverged* when any measured training,
-  validation or test loss is not finite, or its training loss rose above DIVERGENCE_FACTOR times
-  the first.
+  A run *diverged* when any measured training, validation or test loss is not finite, or rose
+  above DIVERGENCE_FACTOR times that split's first measured value (the initial weights' loss);
+  it *trained* when it did not diverge and its training loss at the last measured step is below
+  the one at the first.
 
   Args:
     result: one candidate's results, with "<split>_loss" arrays [task, init, step].
@@ -204,15 +204,13 @@ def training_check(result: Mapping[str, Any]) -> dict:
     {"runs": the number of runs, "trained": runs that trained, "diverged": runs that diverged}.
   """
   train = np.asarray(result["train_loss"], np.float64)
-  finite = np.ones(train.shape[:-1], bool)
+  diverged = np.zeros(train.shape[:-1], bool)
   for split in protocol_lib.SPLITS:
-    finite &= np.isfinite(np.asarray(result[f"{split}_loss"], np.float64)).all(axis=-1)
-  with np.errstate(invalid="ignore"):
-    rose = np.nanmax(np.where(np.isfinite(train), train, np.inf), axis=-1) > (
-      DIVERGENCE_FACTOR * train[..., 0]
-    )
-    diverged = ~finite | rose
-    trained = ~diverged & (train[..., -1] < train[..., 0])
+    loss = np.asarray(result[f"{split}_loss"], np.float64)
+    finite = np.isfinite(loss)
+    peak = np.max(np.where(finite, loss, np.inf), axis=-1)
+    diverged |= ~finite.all(axis=-1) | (peak > DIVERGENCE_FACTOR * loss[..., 0])
+  trained = ~diverged & (train[..., -1] < train[..., 0])
   return {
     "runs": int(train[..., 0].size),
     "trained": int(trained.sum()),

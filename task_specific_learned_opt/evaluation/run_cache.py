@@ -4,7 +4,8 @@ A held-out evaluation with every Fig. 6 baseline is thousands of inner runs (hou
 `RunCache` appends each finished run to `runs.jsonl` in the output directory; run again with the
 same output directory, the evaluation takes the runs found there and computes only the others.
 A run is found by its candidate's name, a digest of the candidate's values (a theta, or a
-hyper-parameter dict), its task and its init, so a changed theta or learning rate is run again.
+hyper-parameter dict) and settings (a learned optimizer's options), its task and its init, so a
+changed theta, learning rate or update is run again.
 The first line records the protocol (its settings, the family's name and a digest of the first
 held-out task's data); a directory holding another evaluation's runs is refused, since mixing
 them would compare runs on different tasks. Runs of the same protocol made elsewhere (a long
@@ -36,9 +37,13 @@ class SourceNotFoundError(errors.UserError, FileNotFoundError):
   """A directory to take runs from has no runs.jsonl."""
 
 
-def digest(nest: Any) -> str:
-  """A short digest of a nest of arrays or numbers: its structure, shapes, dtypes and values."""
+def digest(nest: Any, settings: str = "") -> str:
+  """A short digest of a nest of arrays or numbers (its structure, shapes, dtypes and values)
+  and of `settings`, a description of what else the runs depend on (a learned optimizer's
+  options; "" for none, which leaves the digest of the nest alone as it was)."""
   h = hashlib.sha256(repr(tf.nest.map_structure(lambda _: 0, nest)).encode())
+  if settings:
+    h.update(settings.encode())
   for leaf in tf.nest.flatten(nest):
     array = np.asarray(leaf)
     h.update(f"{array.dtype}{array.shape}".encode())

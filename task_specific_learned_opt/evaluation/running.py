@@ -217,7 +217,7 @@ def evaluate_candidates(
   averaged = protocol.average_steps()
   points = protocol.points()
   where = np.searchsorted(points, averaged)
-  digests = {c.name: run_cache.digest(c.values) for c in candidates}
+  digests = {c.name: run_cache.digest(c.values, c.settings) for c in candidates}
   results = {c.name: {} for c in candidates}
   task_indices = range(protocol.num_tasks) if tasks is None else [int(t) for t in tasks]
   progress = _Progress(len(task_indices) * protocol.num_inits * len(candidates))

@@ -45,10 +45,17 @@ def test_the_training_check_counts_runs_that_trained_and_runs_that_diverged():
   assert reporting.training_check(_curves(runs)) == {"runs": 6, "trained": 2, "diverged": 2}
 
 
-def test_a_run_whose_test_loss_is_not_finite_diverged_though_its_training_loss_fell():
+@pytest.mark.parametrize("test_loss", [[2.3, np.inf], [2.3, 4.7], [np.nan, 1.0]])
+def test_a_run_whose_test_loss_blew_up_diverged_though_its_training_loss_fell(test_loss):
   curves = _curves([[[2.3, 1.0]]])
-  curves["test_loss"] = np.array([[[2.3, np.inf]]])
+  curves["test_loss"] = np.array([[test_loss]])
   assert reporting.training_check(curves) == {"runs": 1, "trained": 0, "diverged": 1}
+
+
+def test_a_test_loss_that_rose_less_than_twofold_is_overfitting_not_divergence():
+  curves = _curves([[[2.3, 1.0]]])
+  curves["test_loss"] = np.array([[[2.3, 4.5]]])
+  assert reporting.training_check(curves) == {"runs": 1, "trained": 1, "diverged": 0}
 
 
 def test_the_summary_keeps_each_candidates_training_check():

@@ -12,6 +12,7 @@ from task_specific_learned_opt.evaluation import (
   run_cache,
   running,
 )
+from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.optimizers import adam
 from task_specific_learned_opt.tasks import quadratic
 
@@ -113,3 +114,24 @@ def test_parallel_runs_below_one_is_refused():
   runs = protocol.HeldOutProtocol(family, num_tasks=1, num_inits=1, num_steps=2, num_points=2)
   with pytest.raises(ValueError, match="parallel_runs must be at least 1, got 0"):
     running.evaluate_candidates(runs, [], parallel_runs=0)
+
+
+def test_a_learned_optimizers_runs_are_not_taken_for_the_same_theta_with_another_update(tmp_path):
+  """The cache finds a learned candidate's run by its theta and its options: the same theta
+  evaluated with the growth gate is run again, not given the ungated run's numbers."""
+  family = quadratic.QuadraticFamily(dim=2)
+  runs = protocol.HeldOutProtocol(family, num_tasks=1, num_inits=1, num_steps=6, num_points=2)
+  plain, gated = mlp_lopt.MLPLOpt(), mlp_lopt.MLPLOpt(gate_growth=True)
+  theta = plain.init(0)
+  cache = run_cache.RunCache(str(tmp_path), runs)
+  first = running.evaluate_candidates(runs, [candidates.learned("L", plain, theta)], cache)
+  again = running.evaluate_candidates(runs, [candidates.learned("L", gated, theta)], cache)
+  assert len(cache) == 2  # Both made, neither taken for the other.
+  assert not np.array_equal(
+    first["results"]["L"]["train_loss"], again["results"]["L"]["train_loss"]
+  )
+  same = running.evaluate_candidates(runs, [candidates.learned("L", plain, theta)], cache)
+  np.testing.assert_array_equal(
+    same["results"]["L"]["train_loss"], first["results"]["L"]["train_loss"]
+  )
+  assert len(cache) == 2  # Taken from the cache this time.
