@@ -69,11 +69,11 @@ def test_a_theta_saved_again_keeps_one_export_and_its_card(tmp_path):
 def test_loading_with_options_other_than_the_cards_is_refused_in_one_line():
   with pytest.raises(cards.CardMismatchError) as error:
     keras_optimizer.LearnedOptimizer.from_pretrained(
-      "bn_cnn_valid", lopt=mlp_lopt.MLPLOpt(use_time=False)
+      "bn_cnn_valid", lopt=mlp_lopt.MLPLOpt(step_scale_exp=2e-3)
     )
   message = str(error.value)
   assert "\n" not in message
-  assert "use_time=True" in message and "use_time=False" in message
+  assert "step_scale_exp=0.001" in message and "step_scale_exp=0.002" in message
   assert "lopt=None" in message and "card.json" in message
   with pytest.raises(cards.CardMismatchError, match="hidden_size=32"):  # Before the shape check.
     checkpoints.load_theta(

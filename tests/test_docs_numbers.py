@@ -209,8 +209,10 @@ def test_the_l_valid_theta_against_adam_over_outer_training():
   ) in text
 
 
-def test_the_out_of_family_table_in_the_docs_is_the_shipped_one():
-  with open(os.path.join(testing_utils.REPO, "pretrained", "out_of_family", "summary.md")) as f:
+@pytest.mark.parametrize("directory", list(shipped.OUT_OF_FAMILY))
+def test_the_out_of_family_tables_in_the_docs_are_the_shipped_ones(directory):
+  path = os.path.join(testing_utils.REPO, "pretrained", directory, shipped.OUT_OF_FAMILY_TABLE)
+  with open(path) as f:
     table = f.read()
   with open(os.path.join(testing_utils.REPO, "docs", "evaluation.md")) as f:
     assert table in f.read()

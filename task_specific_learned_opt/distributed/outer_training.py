@@ -59,6 +59,11 @@ RENAMED_BINDINGS = {
   "Chief.batch_size": "outer_training.batch_size",
   "Chief.estimator": "outer_training.estimator",
 }
+# Settings added after train dirs were written, with the value that is what those runs did:
+# {selector.parameter: value as recorded}. A record without one holds that value.
+ADDED_BINDINGS = {
+  "paper_cnn.batch_norm_gradient": "'moments'",  # The only batch norm before there were three.
+}
 
 
 def experiment_record(theta_template: Any) -> dict:
@@ -103,6 +108,9 @@ def differences(before: dict, now: dict, max_listed: int = 4) -> str | None:
       f"theta's shapes differ ({before.get('theta_shapes')} there, {now.get('theta_shapes')} here)"
     )
   old, new = _renamed(before.get("bindings", {})), _renamed(now.get("bindings", {}))
+  for key, value in ADDED_BINDINGS.items():
+    if key not in old and before.get("bindings"):
+      old[key] = value
   changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
   if not changed:
     return None

@@ -3,7 +3,8 @@
 The evaluations shipped in pretrained/ keep, for each comparison, the per-task differences
 (baseline minus learned, inits averaged): pretrained/fig6/evaluation/summary.json (every Fig. 6
 baseline, both thetas), pretrained/generated_bn_cnn_train/evaluation/evaluation.json (the L_train
-theta's first evaluation), pretrained/out_of_family/<problem>/summary.json (App. E) and
+theta's first evaluation), pretrained/out_of_family/<problem>/summary.json and
+pretrained/app_e/<problem>/<thetas>/summary.json (App. E) and
 pretrained/l_valid_alternatives/horizon_1000/evaluation_at_1000_steps/summary.json (snapshots of
 a longer-horizon L_valid run at 1,000 inner steps) and pretrained/paper_family/evaluation/
 summary.json (Fig. 6 on the paper's own family, Sec. 4.2's CNN without batch norm). From those
@@ -13,8 +14,10 @@ this writes
                                metric, both means and statistics.paired's statistics;
   pretrained/statistics.md     the same as markdown tables, one per evaluation, each comparison
                                worded by its interval (statistics.verdict);
-  pretrained/out_of_family/summary.md
-                               summary.py's table of the out-of-family evaluations;
+  pretrained/out_of_family/summary.md, pretrained/app_e/summary.md
+                               summary.py's tables of the out-of-family evaluations (App. E):
+                               the batch-normed thetas on seed 1's tasks, every shipped theta
+                               on seed 4's tasks and the digits;
 
 and, with --histograms, draws the shipped Fig. 6c histograms again (plots.plot_histogram) with
 their intervals. The docs' "k of n" claims are read from statistics.md; a test checks that the
@@ -34,20 +37,34 @@ from task_specific_learned_opt.evaluation import reporting, statistics, summary
 PRETRAINED = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "pretrained"))
 STATISTICS_JSON = "statistics.json"
 STATISTICS_MARKDOWN = "statistics.md"
-OUT_OF_FAMILY = (
-  "in_family",
-  "cnn_8_channels",
-  "cnn_32_channels",
-  "cnn_6_layers",
-  "cnn_no_batch_norm",
-  "mlp_2x32",
-  "images_16x16",
-)
+OUT_OF_FAMILY_TABLE = "summary.md"
+# App. E: {directory under pretrained/: its evaluations, in table order}, each directory's table in
+# its summary.md. out_of_family/: the batch-normed thetas on seed 1's tasks. app_e/: every shipped
+# theta on seed 4's tasks and on the digits, as <problem>/<thetas>: bn_cnn (the batch-normed
+# thetas as outer-trained), bn_cnn_gated (the same with the growth gate at use time) and cnn (the
+# paper-family thetas, with the guarded update they were outer-trained with).
+APP_E = tuple(
+  f"{problem}/{thetas}"
+  for problem in ("cnn_batch_norm", "mlp_2x32", "mlp_3x128", "digits_mlp_2x32")
+  for thetas in ("bn_cnn", "bn_cnn_gated", "cnn")
+) + ("images_16x16/cnn",)
+OUT_OF_FAMILY = {
+  "out_of_family": (
+    "in_family",
+    "cnn_8_channels",
+    "cnn_32_channels",
+    "cnn_6_layers",
+    "cnn_no_batch_norm",
+    "mlp_2x32",
+    "images_16x16",
+  ),
+  "app_e": APP_E,
+}
 # {name: directory under pretrained/}, in the order they are written.
 EVALUATIONS = {
   "fig6": "fig6/evaluation",
   "generated_bn_cnn_train": "generated_bn_cnn_train/evaluation",
-  **{f"out_of_family/{name}": f"out_of_family/{name}" for name in OUT_OF_FAMILY},
+  **{f"{d}/{name}": f"{d}/{name}" for d, names in OUT_OF_FAMILY.items() for name in names},
   "l_valid_alternatives/horizon_1000": "l_valid_alternatives/horizon_1000/evaluation_at_1000_steps",
   "paper_family": "paper_family/evaluation",
 }
@@ -123,11 +140,12 @@ def markdown(found: Sequence[dict]) -> str:
   return "".join(lines)
 
 
-def out_of_family_table(pretrained: str = PRETRAINED) -> str:
-  """summary.py's table of the out-of-family evaluations, in OUT_OF_FAMILY's order."""
+def out_of_family_table(directory: str = "out_of_family", pretrained: str = PRETRAINED) -> str:
+  """summary.py's table of the out-of-family evaluations in `directory` (a key of OUT_OF_FAMILY),
+  in their order."""
   evaluations = {
-    name: summary.read_evaluation(os.path.join(pretrained, "out_of_family", name))
-    for name in OUT_OF_FAMILY
+    name: summary.read_evaluation(os.path.join(pretrained, directory, name))
+    for name in OUT_OF_FAMILY[directory]
   }
   return summary.table(evaluations)
 
@@ -146,16 +164,18 @@ def histograms(pretrained: str = PRETRAINED) -> list[str]:
 
 
 def write(pretrained: str = PRETRAINED) -> dict[str, str]:
-  """Writes statistics.json, statistics.md and out_of_family/summary.md; returns {what: path}."""
+  """Writes statistics.json, statistics.md and each OUT_OF_FAMILY directory's summary.md;
+  returns {what: path}."""
   found = records(pretrained)
   paths = {
     "json": os.path.join(pretrained, STATISTICS_JSON),
     "markdown": os.path.join(pretrained, STATISTICS_MARKDOWN),
-    "out_of_family": os.path.join(pretrained, "out_of_family", "summary.md"),
+    **{d: os.path.join(pretrained, d, OUT_OF_FAMILY_TABLE) for d in OUT_OF_FAMILY},
   }
   files.write_json(paths["json"], found, indent=1)
   files.write_text(paths["markdown"], markdown(found))
-  files.write_text(paths["out_of_family"], out_of_family_table(pretrained))
+  for directory in OUT_OF_FAMILY:
+    files.write_text(paths[directory], out_of_family_table(directory, pretrained))
   return paths
 
 

