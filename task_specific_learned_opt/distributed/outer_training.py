@@ -109,7 +109,7 @@ def differences(before: dict, now: dict, max_listed: int = 4) -> str | None:
     )
   old, new = _renamed(before.get("bindings", {})), _renamed(now.get("bindings", {}))
   for key, value in ADDED_BINDINGS.items():
-    if key not in old and before.get("bindings"):
+    if key not in old and key in new:
       old[key] = value
   changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
   if not changed:

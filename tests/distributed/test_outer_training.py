@@ -111,3 +111,12 @@ def test_a_binding_that_names_no_field_fails_when_parsed():
   )
   setup = outer_training.outer_training()
   assert setup.num_outer_steps == 3 and setup.seed == 0 and isinstance(setup.lopt, mlp_lopt.MLPLOpt)
+
+
+def test_a_setting_added_later_counts_as_its_earlier_value_only_where_it_is_set_now():
+  before = {"bindings": {"Chief.learning_rate": "0.003"}}
+  assert outer_training.differences(before, {"bindings": dict(before["bindings"])}) is None
+  moments = {"bindings": {**before["bindings"], "paper_cnn.batch_norm_gradient": "'moments'"}}
+  assert outer_training.differences(before, moments) is None  # What the earlier run did.
+  closed = {"bindings": {**before["bindings"], "paper_cnn.batch_norm_gradient": "'closed_form'"}}
+  assert "batch_norm_gradient" in outer_training.differences(before, closed)
