@@ -34,8 +34,20 @@ def as_seed(seed: SeedLike) -> tf.Tensor:
 
 
 def fold_in(seed: SeedLike, data: int | tf.Tensor) -> tf.Tensor:
-  """Derives a new seed from `seed` and an integer (a step, an index, a tag)."""
-  return tf.random.experimental.stateless_fold_in(as_seed(seed), tf.cast(data, tf.int32))
+  """Derives a new seed from `seed` and an integer (a step, an index, a tag).
+
+  Args:
+    seed: a seed [2], or B seeds [B, 2] (B static: the inner runs of a task batch,
+      outer/task_batch.py), each folded with `data`.
+    data: the integer.
+
+  Returns:
+    The new seed, or the B new seeds [B, 2].
+  """
+  seed, data = as_seed(seed), tf.cast(data, tf.int32)
+  if seed.shape.rank == 2:
+    return tf.stack([tf.random.experimental.stateless_fold_in(s, data) for s in tf.unstack(seed)])
+  return tf.random.experimental.stateless_fold_in(seed, data)
 
 
 # {name: the integer folded into the seed}. Each group is fold_ins of one kind of seed.

@@ -311,3 +311,33 @@ def test_the_own_model_examples_model_fit_table_and_time_are_its_results(example
   assert f"{seconds['total_seconds'] / 60:.1f} minutes" in text
   for stage in ("total", "train_local", "fit_with_theta", "cpu"):
     assert f"{seconds[stage + '_seconds']} s" in text, stage
+
+
+def _benchmark(name):
+  with open(os.path.join(testing_utils.REPO, "benchmarks", "results", name)) as f:
+    return json.load(f)
+
+
+def test_the_task_batch_tables_are_their_benchmarks():
+  with open(os.path.join(testing_utils.REPO, "docs", "performance.md")) as f:
+    text = f.read().split("## Many tasks' samples in one call", 1)[1]
+  text = text.split("## What the paper's scale costs", 1)[0]
+  batched = _benchmark("batched_worker_quickstart.json")
+  assert f"K = {batched['num_steps']}" in text
+  for m in batched["measurements"]:
+    row = (
+      f"| {m['tasks']} | {m['separate']['samples_per_second']:.3f} | "
+      f"{m['batched']['samples_per_second']:.3f} | "
+      f"{m['batched_over_separate_samples_per_second']:.2f} |"
+    )
+    assert row in text, row
+  for m in _benchmark("vectorized_samples_quickstart.json")["measurements"]:
+    row = (
+      f"| {m['tasks']} | {m['vectorized']['first_call_seconds']:.0f} s | "
+      f"{m['vectorized_over_separate_time']:.2f} | {m['max_relative_difference']:.1e} |"
+    )
+    assert row in text, row
+  convolution = _benchmark("batched_convolution_cpu.json")
+  flat = re.sub(r"\s+", " ", text)
+  assert f"takes {convolution['batched_over_separate_time']:.1f}x the time" in flat
+  assert "not supported on CPU" in convolution["grouped_filter_gradient"]

@@ -26,6 +26,7 @@ from absl import logging
 
 from task_specific_learned_opt import nests
 from task_specific_learned_opt.distributed import (
+  batched_worker,
   chief_files,
   cluster_spec,
   loops,
@@ -137,25 +138,39 @@ def _let_workers_leave(
   )
 
 
-def make_worker(setup: outer_lib.OuterTraining, index: int, worker_run: int) -> worker_step.Worker:
+def make_worker(
+  setup: outer_lib.OuterTraining, index: int, worker_run: int, tasks_per_worker: int = 1
+) -> worker_step.Worker | batched_worker.BatchedWorker:
   """The worker of a worker task: gin's Worker, with the experiment's estimator.
 
   Args:
     setup: the experiment.
-    index: the worker task's index (its worker id).
+    index: the worker task's index (its worker id; with B tasks per worker, its workers' ids
+      are index * B ... index * B + B - 1).
     worker_run: this worker process's id; it seeds the inner runs, so a restarted worker does
       not repeat its samples.
+    tasks_per_worker: B, inner runs computed in one call (distributed/batched_worker.py).
 
   Returns:
-    A worker_step.Worker computing the samples of `setup.estimator`.
+    A worker_step.Worker computing the samples of `setup.estimator`, or a batched worker of B.
+
+  Raises:
+    ValueError: tasks_per_worker < 1.
   """
-  return worker_step.Worker(
-    family=setup.family,
-    lopt=setup.lopt,
-    worker_id=index,
-    seed=(setup.seed, worker_run % 2**31),
-    estimator=outer_lib.make_estimator(setup),
-  )
+  if tasks_per_worker < 1:
+    raise ValueError(f"run_worker.tasks_per_worker must be >= 1, got {tasks_per_worker}.")
+  estimator = outer_lib.make_estimator(setup)
+  workers = [
+    worker_step.Worker(
+      family=setup.family,
+      lopt=setup.lopt,
+      worker_id=index * tasks_per_worker + b,
+      seed=(setup.seed, worker_run % 2**31),
+      estimator=estimator,
+    )
+    for b in range(tasks_per_worker)
+  ]
+  return workers[0] if tasks_per_worker == 1 else batched_worker.BatchedWorker(workers)
 
 
 @gin.configurable(denylist=["spec", "setup"])
@@ -164,6 +179,7 @@ def run_worker(
   setup: outer_lib.OuterTraining | None = None,
   chief_timeout_secs: float = 600.0,
   max_samples: int | None = None,
+  tasks_per_worker: int = 1,
 ) -> int:
   """bin/worker: the worker loop over the cluster's transport, until the chief says done.
 
@@ -173,6 +189,8 @@ def run_worker(
     chief_timeout_secs: how long the chief may be unreachable (at start or after it went away)
       before the worker gives up with an error; meanwhile it retries with backoff.
     max_samples: stop after this many samples (None: until the chief finishes).
+    tasks_per_worker: B, inner runs this worker computes in one call, giving B samples
+      (distributed/batched_worker.py).
 
   Returns:
     The number of samples this worker enqueued.
@@ -193,7 +211,7 @@ def run_worker(
     chief_timeout_secs=chief_timeout_secs,
   )
   worker_run = _random_id()
-  worker = make_worker(setup, spec.index, worker_run)
+  worker = make_worker(setup, spec.index, worker_run, tasks_per_worker)
   logging.info(
     "Worker %d (run %d) connecting to the chief at %s.", spec.index, worker_run, chief_address
   )

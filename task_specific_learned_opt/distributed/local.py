@@ -28,6 +28,7 @@ from absl import logging
 
 from task_specific_learned_opt import layout, nests
 from task_specific_learned_opt.distributed import (
+  batched_worker,
   chief_files,
   evaluator_role,
   in_process,
@@ -123,11 +124,19 @@ def load_workers_state(string_value: bytes) -> dict:
   return _StateUnpickler(io.BytesIO(string_value)).load()
 
 
-def _numpy_state(state: worker_step.WorkerState) -> worker_step.WorkerState:
-  """`state` with its tensors (the estimator's state) as numpy arrays, for pickling."""
+def _numpy_state(state: Any) -> Any:
+  """`state` (a worker_step.WorkerState or a batched_worker.BatchedWorkerState) with its tensors
+  (the estimator's state) as numpy arrays, for pickling."""
   if state.estimator_state is None:
     return state
   return state._replace(estimator_state=tf.nest.map_structure(np.asarray, state.estimator_state))
+
+
+def _tasks_per_worker(state: Any) -> int:
+  """B of a worker's state: its batched worker's tasks, or 1."""
+  if isinstance(state, batched_worker.BatchedWorkerState):
+    return len(state.workers)
+  return 1
 
 
 class _WorkersState(tf.train.experimental.PythonState):
@@ -166,6 +175,14 @@ class _WorkersState(tf.train.experimental.PythonState):
         f"{len(self.worker_loops)}: resume with --gin_bindings "
         f"'train_local.num_workers = {len(value['states'])}'."
       )
+    for loop, state in zip(self.worker_loops, value["states"], strict=True):
+      if type(state) is not type(loop.state):
+        saved = _tasks_per_worker(state)
+        raise train_dir_lib.CheckpointError(
+          f"The checkpoint's workers compute {saved} task(s) per call, this run's "
+          f"{_tasks_per_worker(loop.state)}: resume with --gin_bindings "
+          f"'train_local.tasks_per_worker = {saved}'."
+        )
     for loop, state in zip(self.worker_loops, value["states"], strict=True):
       loop.state = state
     counts = value.get("counts", [(0, 0)] * len(self.worker_loops))  # Older checkpoints: none.
@@ -216,6 +233,7 @@ def train_local(
   resume_changed_experiment: bool = False,
   evaluate_snapshots: bool = False,
   parallel_samples: int = PARALLEL_SAMPLES,
+  tasks_per_worker: int = 1,
 ) -> dict:
   """Outer-trains theta with a chief and `num_workers` workers in this process.
 
@@ -242,6 +260,9 @@ def train_local(
       batch needs that many more (the same samples as one at a time: `_WorkersState`); for
       machines with more cores than one sample keeps busy. 1 (one at a time) measured best on
       2 cores (docs/performance.md).
+    tasks_per_worker: B, inner runs each worker computes in one call, giving B samples
+      (distributed/batched_worker.py; their runs are in lockstep). With W workers a batch of
+      outer_training.batch_size samples takes batch_size / (W * B) calls per worker.
 
   Returns:
     The last outer step's statistics (empty if no step was taken).
@@ -262,13 +283,17 @@ def train_local(
   num_workers = setup.batch_size if num_workers is None else num_workers
   transport = in_process.InProcessTransport()
   workers_state = _WorkersState(
-    _worker_loops(setup, num_workers, transport), transport, setup.batch_size, parallel_samples
+    _worker_loops(setup, num_workers, transport, tasks_per_worker),
+    transport,
+    setup.batch_size,
+    parallel_samples,
   )
   files = chief_files.ChiefFiles(
     train_dir,
     outer_lib.make_chief(setup),
     setup,
-    f"{setup.family.name}, {setup.lopt.name}, {num_workers} workers",
+    f"{setup.family.name}, {setup.lopt.name}, {num_workers} workers"
+    + (f" of {tasks_per_worker} tasks each" if tasks_per_worker > 1 else ""),
     resume_changed_experiment=resume_changed_experiment,
     workers=workers_state,
   )
@@ -308,14 +333,32 @@ def _check_final_evaluation(final_evaluation: Callable) -> None:
 
 
 def _worker_loops(
-  setup: outer_lib.OuterTraining, num_workers: int, transport: in_process.InProcessTransport
+  setup: outer_lib.OuterTraining,
+  num_workers: int,
+  transport: in_process.InProcessTransport,
+  tasks_per_worker: int = 1,
 ) -> list[loops.WorkerLoop]:
-  """The experiment's `num_workers` workers (one estimator for all), each in its loop."""
+  """The experiment's `num_workers` workers (one estimator for all), each in its loop; with B
+  tasks per worker, worker i is a batched worker of the workers i * B ... i * B + B - 1."""
+  if tasks_per_worker < 1:
+    raise ValueError(f"train_local.tasks_per_worker must be >= 1, got {tasks_per_worker}.")
   estimator = outer_lib.make_estimator(setup)
+
+  def worker(worker_id: int) -> worker_step.Worker:
+    return worker_step.Worker(
+      family=setup.family,
+      lopt=setup.lopt,
+      worker_id=worker_id,
+      seed=setup.seed,
+      estimator=estimator,
+    )
+
+  if tasks_per_worker == 1:
+    return [loops.WorkerLoop(worker(i), transport) for i in range(num_workers)]
   return [
     loops.WorkerLoop(
-      worker_step.Worker(
-        family=setup.family, lopt=setup.lopt, worker_id=i, seed=setup.seed, estimator=estimator
+      batched_worker.BatchedWorker(
+        [worker(i * tasks_per_worker + b) for b in range(tasks_per_worker)]
       ),
       transport,
     )

@@ -18,7 +18,7 @@ one WorkerLoop per worker process, over the TensorFlow-runtime transport.
 
 import time
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -160,10 +160,10 @@ def chief_loop(
 
 
 class Computed(NamedTuple):
-  """A sample a worker loop computed and has not delivered yet (WorkerLoop.compute)."""
+  """The samples a worker loop computed and has not delivered yet (WorkerLoop.compute)."""
 
-  sample: base.Sample
-  state: worker_step.WorkerState  # The worker's state after the sample.
+  samples: list[base.Sample]  # One, or a batched worker's B (batched_worker.py).
+  state: Any  # The worker's state after them.
   seconds: float
 
 
@@ -220,30 +220,34 @@ class WorkerLoop:
       return None
     theta, version = published
     start = time.time()
-    sample, state = self.worker.step(base.unflatten(theta, self._template), version, self.state)
-    return Computed(sample, state, time.time() - start)
+    samples, state = self.worker.step(base.unflatten(theta, self._template), version, self.state)
+    if isinstance(samples, base.Sample):
+      samples = [samples]
+    return Computed(samples, state, time.time() - start)
 
   def deliver(self, computed: Computed) -> None:
-    """Takes the worker's next state from `computed` and puts its sample, numbered."""
+    """Takes the worker's next state from `computed` and puts its samples, numbered."""
     put_start = time.time()
     self.state = computed.state
-    # Every sample gets a new index, delivered or not: a put whose answer was lost may still
-    # have reached the queue, and the next sample must not look like its duplicate.
-    index = self.num_put + self.num_lost
-    sample = computed.sample._replace(worker_run=self.worker_run, sample_index=index)
-    if not self.transport.put_sample(sample):
-      self.num_lost += 1
-      return
-    self.num_put += 1
-    if time.time() - self._last_log > WORKER_LOG_SECS:
+    for sample in computed.samples:
+      # Every sample gets a new index, delivered or not: a put whose answer was lost may still
+      # have reached the queue, and the next sample must not look like its duplicate.
+      index = self.num_put + self.num_lost
+      sample = sample._replace(worker_run=self.worker_run, sample_index=index)
+      if not self.transport.put_sample(sample):
+        self.num_lost += 1
+        continue
+      self.num_put += 1
+    if self.num_put and time.time() - self._last_log > WORKER_LOG_SECS:
       logging.info(
-        "worker %d: sample %d at theta version %d, K %d, L+ %.4f, %.2f s (put %.1f ms)",
+        "worker %d: sample %d at theta version %d, K %d, L+ %.4f, %.2f s for %d (put %.1f ms)",
         self.worker.worker_id,
         self.num_put,
         sample.theta_version,
         sample.num_steps,
         sample.loss_plus,
         computed.seconds,
+        len(computed.samples),
         1000 * (time.time() - put_start),
       )
       self._last_log = time.time()

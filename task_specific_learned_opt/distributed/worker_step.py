@@ -196,6 +196,16 @@ class Worker:
         _SAMPLE_FNS[key] = (sample_fn, self.family, lopt, estimator)
       return _SAMPLE_FNS[key][0]
 
+  def data_seed(self, task_index: int) -> tf.Tensor:
+    """The data seed of this worker's `task_index`-th inner run (its batches' stream)."""
+    return random_seeds.stream(self.task_seed(task_index), "run_data")
+
+  def perturbation_seed(self, state: WorkerState) -> tf.Tensor:
+    """The seed of the perturbation of the truncation `state` is about to run."""
+    return random_seeds.fold_in(
+      random_seeds.stream(self.seed, "worker_perturbations"), state.truncation_index
+    )
+
   def _start_task(self, theta: nests.Theta, state: WorkerState) -> WorkerState:
     """`state` with a new task's inner run started (the estimator's initial state for it)."""
     inner_state = self.new_inner_state(theta, state.task_index)
@@ -261,11 +271,12 @@ class Worker:
     task = self.task(task_index)
     inner_step = self.estimator.inner_step(state.estimator_state)
     num_steps = self.truncation_length(theta_version, state, inner_step)
-    perturbation_seed = random_seeds.fold_in(
-      random_seeds.stream(self.seed, "worker_perturbations"), state.truncation_index
+    args = (
+      task.data,
+      tf.constant(num_steps, tf.int32),
+      self.data_seed(task_index),
+      self.perturbation_seed(state),
     )
-    data_seed = random_seeds.stream(self.task_seed(task_index), "run_data")
-    args = (task.data, tf.constant(num_steps, tf.int32), data_seed, perturbation_seed)
     done = inner_step + num_steps >= self.run_horizon(task_index)
     estimate, estimator_state = self._compiled(task)(theta, state.estimator_state, *args)
     next_state = WorkerState(

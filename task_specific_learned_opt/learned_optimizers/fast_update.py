@@ -48,6 +48,8 @@ GROUP_MAX_ELEMENTS = 4096
 
 # Added to a step's mean square before its rsqrt, so that a zero step has a finite gradient.
 STEP_RMS_EPSILON = 1e-20
+# The smallest weight rms a relative step cap scales with (max_relative_step).
+RELATIVE_STEP_FLOOR = 1e-2
 
 
 def gate_growth(step: tf.Tensor, param: tf.Tensor, grad: tf.Tensor) -> tf.Tensor:
@@ -80,6 +82,26 @@ def step_rms_factor(mean_square: tf.Tensor, max_step_rms: float) -> tf.Tensor:
     The factors, the shape of `mean_square`.
   """
   return tf.minimum(1.0, max_step_rms * tf.math.rsqrt(mean_square + STEP_RMS_EPSILON))
+
+
+def relative_step_factor(
+  step_mean_square: tf.Tensor, param_mean_square: tf.Tensor, max_relative_step: float
+) -> tf.Tensor:
+  """What scales a tensor's step down to an rms of r * max(rms(w), RELATIVE_STEP_FLOOR).
+
+  The floor lets a tensor that starts at zero (a bias) move: its steps are capped at
+  r * RELATIVE_STEP_FLOOR until it has grown.
+
+  Args:
+    step_mean_square: the mean of the squared step over the tensor's elements (any shape).
+    param_mean_square: the mean of the squared weights w before the step (the same shape).
+    max_relative_step: r, the largest step rms as a fraction of the tensor's rms.
+
+  Returns:
+    The factors, the shape of `step_mean_square`.
+  """
+  scale = tf.sqrt(tf.maximum(param_mean_square, RELATIVE_STEP_FLOOR**2))
+  return step_rms_factor(step_mean_square, max_relative_step * scale)
 
 
 def feature_maps(config: mlp_options.MLPLOptOptions) -> tuple[np.ndarray, np.ndarray]:
@@ -303,6 +325,12 @@ class FastUpdate:
     if self.config.max_step_rms is not None:
       mean_square = tf.reduce_mean(tf.square(step))
       step *= step_rms_factor(mean_square, self.config.max_step_rms)
+    if self.config.max_relative_step is not None:
+      step *= relative_step_factor(
+        tf.reduce_mean(tf.square(step)),
+        tf.reduce_mean(tf.square(y[1])),
+        self.config.max_relative_step,
+      )
     return param - tf.reshape(step, _shape(param)), tf.reshape(y[MOMENTA_ROW:], _shape(momenta))
 
   def _update_group(
@@ -343,6 +371,14 @@ class FastUpdate:
     if self.config.max_step_rms is not None:
       mean_squares = tf.linalg.matvec(owner, tf.square(step)) / np.float32(sizes)  # [tensors]
       factors = step_rms_factor(mean_squares, self.config.max_step_rms)
+      step *= tf.linalg.matvec(owner, factors, transpose_a=True)
+    if self.config.max_relative_step is not None:
+      sizes_f = np.float32(sizes)
+      factors = relative_step_factor(
+        tf.linalg.matvec(owner, tf.square(step)) / sizes_f,
+        tf.linalg.matvec(owner, tf.square(y[1])) / sizes_f,
+        self.config.max_relative_step,
+      )
       step *= tf.linalg.matvec(owner, factors, transpose_a=True)
     steps = tf.split(step, sizes)
     new_momenta = tf.split(y[MOMENTA_ROW:], sizes, axis=1)

@@ -167,6 +167,10 @@ def tensor_step(
     step = fast_update.gate_growth(step, param, grad)
   if lopt.max_step_rms is not None:
     step *= fast_update.step_rms_factor(tf.reduce_mean(tf.square(step)), lopt.max_step_rms)
+  if lopt.max_relative_step is not None:
+    step *= fast_update.relative_step_factor(
+      tf.reduce_mean(tf.square(step)), tf.reduce_mean(tf.square(param)), lopt.max_relative_step
+    )
   return TensorStep(momenta, columns, normalized, out, step)
 
 

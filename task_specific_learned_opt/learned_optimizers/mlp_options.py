@@ -53,6 +53,10 @@ class MLPLOptOptions:
       unless the gradient points that way (step * w < 0 and g * w >= 0; fast_update.gate_growth).
     max_step_rms: None (the paper), or the largest root mean square of a tensor's step; a
       larger step is scaled down to it (fast_update.step_rms_factor).
+    max_relative_step: None (the paper), or r: a tensor's step is scaled down to a root mean
+      square of r * max(rms(w), RELATIVE_STEP_FLOOR) when it is larger, so that no step changes
+      a tensor by more than the fraction r of its scale, whatever the problem's weight scale
+      (fast_update.relative_step_factor).
 
   Raises:
     ValueError: an unknown feature set or implementation, an ablation of the original-code
@@ -76,6 +80,7 @@ class MLPLOptOptions:
   momentum_init: float | None = None
   gate_growth: bool = False
   max_step_rms: float | None = None
+  max_relative_step: float | None = None
 
   def __post_init__(self) -> None:
     if self.feature_set not in FEATURE_SETS:
@@ -102,6 +107,7 @@ class MLPLOptOptions:
       "momentum_init": _optional(float, self.momentum_init),
       "gate_growth": bool(self.gate_growth),
       "max_step_rms": _optional(float, self.max_step_rms),
+      "max_relative_step": _optional(float, self.max_relative_step),
     }
     for name, value in normalized.items():
       object.__setattr__(self, name, value)  # A frozen record normalises its own fields.

@@ -53,12 +53,21 @@ def perturbation(theta: nests.Theta, seed: random_seeds.SeedLike, sigma: float) 
 
   Args:
     theta: the meta-parameters; only the structure and shapes of its leaves are read.
-    seed: the perturbation's stateless seed (each leaf gets its own split of it).
+    seed: the perturbation's stateless seed (each leaf gets its own split of it); or B seeds
+      [B, 2] for a theta whose leaves hold B copies on axis 0 (a task batch,
+      outer/task_batch.py): copy b gets the e that seed b gives one copy.
     sigma: the standard deviation of every coordinate of e.
 
   Returns:
     e, a float32 nest of the structure and shapes of `theta`.
   """
+  seed = random_seeds.as_seed(seed)
+  if seed.shape.rank == 2:
+    copies = [
+      perturbation(tf.nest.map_structure(lambda x, b=b: x[b], theta), row, sigma)
+      for b, row in enumerate(tf.unstack(seed))
+    ]
+    return tf.nest.map_structure(lambda *x: tf.stack(x), *copies)
   leaves = tf.nest.flatten(theta)
   leaf_seeds = random_seeds.split(seed, len(leaves))
   return tf.nest.pack_sequence_as(

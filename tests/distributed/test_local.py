@@ -54,14 +54,25 @@ FAMILY, LOPT = quadratic.QuadraticFamily(dim=4), mlp_lopt.MLPLOpt()
 
 
 def _train(
-  train_dir, steps, lopt=None, estimator="merged", num_workers=2, parallel_samples=1, **experiment
+  train_dir,
+  steps,
+  lopt=None,
+  estimator="merged",
+  num_workers=2,
+  parallel_samples=1,
+  tasks_per_worker=1,
+  **experiment,
 ):
   _bind_small(estimator)
   setup = outer_training.outer_training(
     family=FAMILY, lopt=lopt or LOPT, num_outer_steps=steps, **experiment
   )
   return local.train_local(
-    str(train_dir), num_workers=num_workers, setup=setup, parallel_samples=parallel_samples
+    str(train_dir),
+    num_workers=num_workers,
+    setup=setup,
+    parallel_samples=parallel_samples,
+    tasks_per_worker=tasks_per_worker,
   )
 
 
@@ -112,6 +123,44 @@ def test_samples_computed_at_once_are_the_samples_computed_one_at_a_time(tmp_pat
       np.testing.assert_array_equal(a, b)
     for key in ("outer_loss", "rp_variance", "es_variance", "inner_steps"):
       assert [r[key] for r in runs[parallel][1]] == [r[key] for r in runs[1][1]], key
+
+
+@pytest.mark.parametrize("estimator", ["merged", "pes"])
+def test_batched_workers_give_the_samples_of_as_many_workers(tmp_path, estimator):
+  # Batches of 4 from 4 workers, or from 2 workers of 2 tasks each (worker ids 0-3 either way,
+  # each sample from its own inner run, K fixed so lockstep changes nothing): the chief takes the
+  # same samples in the same order, over 5 outer steps that cross the inner runs' reset.
+  runs = {}
+  for tasks in (1, 2):
+    train_dir = tmp_path / f"tasks_{tasks}"
+    _train(
+      train_dir,
+      5,
+      estimator=estimator,
+      num_workers=4 // tasks,
+      tasks_per_worker=tasks,
+      batch_size=4,
+    )
+    runs[tasks] = (_theta(train_dir), _records(train_dir))
+  for a, b in zip(tf.nest.flatten(runs[1][0]), tf.nest.flatten(runs[2][0]), strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+  for key in ("inner_steps", "inner_steps_per_worker"):
+    assert [r[key] for r in runs[2][1]] == [r[key] for r in runs[1][1]], key
+  outer_losses = [[r["outer_loss"] for r in runs[tasks][1]] for tasks in (1, 2)]
+  np.testing.assert_allclose(outer_losses[1], outer_losses[0], rtol=1e-5)
+  assert runs[2][1][-1]["inner_steps_per_worker"] == {str(i): 20 for i in range(4)}
+
+
+def test_a_batched_run_resumes_exactly_and_refuses_another_batch_size(tmp_path):
+  _train(tmp_path / "straight", 5, num_workers=2, tasks_per_worker=2, batch_size=4)
+  _train(tmp_path / "resumed", 2, num_workers=2, tasks_per_worker=2, batch_size=4)
+  with pytest.raises(train_dir_lib.CheckpointError, match="tasks_per_worker = 2"):
+    _train(tmp_path / "resumed", 5, num_workers=2, tasks_per_worker=1, batch_size=4)
+  _train(tmp_path / "resumed", 5, num_workers=2, tasks_per_worker=2, batch_size=4)
+  straight, resumed = _theta(tmp_path / "straight"), _theta(tmp_path / "resumed")
+  for a, b in zip(tf.nest.flatten(straight), tf.nest.flatten(resumed), strict=True):
+    np.testing.assert_array_equal(a, b)
+  assert [r["outer_step"] for r in _records(tmp_path / "resumed")] == [1, 2, 3, 4, 5]
 
 
 def test_an_error_while_samples_compute_at_once_changes_no_worker(monkeypatch):

@@ -33,6 +33,7 @@ CONFIGS = {
   "guarded": {"gate_growth": True, "max_step_rms": 3e-3},
   "gated": {"gate_growth": True},
   "capped": {"max_step_rms": 1e-3},
+  "relative": {"max_relative_step": 3e-2, "gate_growth": True},
 }
 
 

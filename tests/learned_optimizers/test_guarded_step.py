@@ -151,3 +151,33 @@ def test_a_chief_can_start_from_a_theta_export(tmp_path):
   fresh = chief_update.Chief(lopt, seed=0)
   for a, b in zip(tf.nest.flatten(fresh.theta()), tf.nest.flatten(lopt.init(0)), strict=True):
     np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_relative_step_factor_worked_numbers():
+  # Caps r * max(rms(w), floor) with r = 0.01: w rms 1 -> cap 1e-2, a step of rms 2e-2 is halved;
+  # w rms 1e-4 (under the floor 1e-2) -> cap 1e-4, a step of rms 1e-4 is kept; w = 0 -> the same.
+  step_ms = tf.constant([4e-4, 1e-8, 4e-8])
+  param_ms = tf.constant([1.0, 1e-8, 0.0])
+  actual = fast_update.relative_step_factor(step_ms, param_ms, 0.01).numpy()
+  np.testing.assert_allclose(actual, [0.5, 1.0, 0.5], rtol=1e-5)
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_the_relative_cap_bounds_each_step_by_its_tensors_scale(implementation):
+  theta = _big_theta()
+  plain = _steps(mlp_lopt.MLPLOpt(implementation=implementation), theta)
+  r = 1e-3
+  lopt = mlp_lopt.MLPLOpt(implementation=implementation, max_relative_step=r)
+  capped = _steps(lopt, theta)
+  for k in PARAMS:
+    w_rms = np.sqrt(np.mean(PARAMS[k].astype(np.float64) ** 2))
+    cap = r * max(w_rms, fast_update.RELATIVE_STEP_FLOOR)
+    rms = np.sqrt(np.mean(plain[k].astype(np.float64) ** 2))
+    assert rms > 2 * cap  # Every tensor's step is over its own cap ...
+    expected = plain[k] * cap / rms  # ... and is scaled down to it, direction unchanged.
+    np.testing.assert_allclose(capped[k], expected, rtol=2e-3, atol=_ulps(k))
+  # The caps differ per tensor: "a" and "c" have different weight scales.
+  assert not np.isclose(np.sqrt(np.mean(capped["a"] ** 2)), np.sqrt(np.mean(capped["c"] ** 2)))
+  loose = _steps(mlp_lopt.MLPLOpt(implementation=implementation, max_relative_step=100.0), theta)
+  for k in PARAMS:  # A cap above every step changes nothing.
+    np.testing.assert_allclose(loose[k], plain[k], rtol=1e-6, atol=_ulps(k))

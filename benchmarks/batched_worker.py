@@ -1,0 +1,116 @@
+"""Samples per second of a batched worker (B tasks per call) against B samples of plain workers.
+
+On the experiment's family and learned optimizer (the quickstart by default), with every
+truncation K steps long (LinearCurriculum replaced by FixedLength(K), a horizon no measurement
+reaches): for each B, after one untimed call of each (tracing), interleaved rounds of
+  - `separate`: B plain workers (worker_step.Worker, ids 0 ... B - 1), one sample each, in turn;
+  - `batched`: one call of a BatchedWorker of the same B workers (distributed/batched_worker.py),
+and the median seconds of each over the rounds, samples per second and their ratio.
+
+  python benchmarks/batched_worker.py --gin_file gin/quickstart.gin --num_steps 20 \
+    --tasks 1,2,4,8 --output benchmarks/results/batched_worker_quickstart.json
+"""
+
+import json
+import time
+
+import gin
+import numpy as np
+from absl import app, flags
+
+from task_specific_learned_opt import files, gin_config
+from task_specific_learned_opt.cli import configurables  # noqa: F401
+from task_specific_learned_opt.distributed import batched_worker, outer_training, worker_step
+from task_specific_learned_opt.outer import schedules
+
+FLAGS = flags.FLAGS
+flags.DEFINE_multi_string("gin_file", ["gin/quickstart.gin"], "The experiment measured.")
+flags.DEFINE_multi_string("gin_bindings", [], "Extra gin bindings.")
+flags.DEFINE_integer("num_steps", 20, "K, the truncation length of every sample.")
+flags.DEFINE_list("tasks", ["1", "2", "4", "8"], "Values of B, the tasks per call.")
+flags.DEFINE_integer("rounds", 3, "Timed rounds per B (the median is kept).")
+flags.DEFINE_string("output", None, "Optional JSON file for the results.")
+
+
+def measure(setup: outer_training.OuterTraining, num_tasks: int) -> dict:
+  """Median seconds of B separate samples and of one batched call of B."""
+  estimator = outer_training.make_estimator(setup)
+
+  def workers():
+    return [
+      worker_step.Worker(
+        family=setup.family,
+        lopt=setup.lopt,
+        worker_id=i,
+        seed=setup.seed,
+        estimator=estimator,
+        horizon=10**9,
+        schedule=schedules.FixedLength(FLAGS.num_steps),
+      )
+      for i in range(num_tasks)
+    ]
+
+  theta = setup.lopt.init(setup.seed)
+  separate = workers()
+  separate_states = [w.initial_state() for w in separate]
+  batched = batched_worker.BatchedWorker(workers())
+  batched_state = batched.initial_state()
+
+  def run_separate():
+    for i, w in enumerate(separate):
+      _, separate_states[i] = w.step(theta, 0, separate_states[i])
+
+  def run_batched():
+    nonlocal batched_state
+    _, batched_state = batched.step(theta, 0, batched_state)
+
+  times = {"separate": [], "batched": []}
+  for name, fn in (("separate", run_separate), ("batched", run_batched)):
+    start = time.time()
+    fn()  # Starts the tasks and traces.
+    times[f"{name}_first_call_seconds"] = time.time() - start
+  for _ in range(FLAGS.rounds):
+    for name, fn in (("separate", run_separate), ("batched", run_batched)):
+      start = time.time()
+      fn()
+      times[name].append(time.time() - start)
+  result = {"tasks": num_tasks}
+  for name in ("separate", "batched"):
+    seconds = float(np.median(times[name]))
+    result[name] = {
+      "first_call_seconds": times[f"{name}_first_call_seconds"],
+      "seconds": seconds,
+      "all_seconds": times[name],
+      "samples_per_second": num_tasks / seconds,
+    }
+  result["batched_over_separate_samples_per_second"] = (
+    result["batched"]["samples_per_second"] / result["separate"]["samples_per_second"]
+  )
+  print(json.dumps(result), flush=True)
+  return result
+
+
+def main(argv):
+  del argv
+  gin_config.parse(FLAGS.gin_file, FLAGS.gin_bindings)
+  gin_config.configure_threads()
+  setup = outer_training.outer_training()
+  results = {
+    "gin_file": FLAGS.gin_file,
+    "gin_bindings": FLAGS.gin_bindings,
+    "num_steps": FLAGS.num_steps,
+    "rounds": FLAGS.rounds,
+    "estimator": setup.estimator,
+    "threads": gin.query_parameter("configure_threads.intra_op_threads"),
+    "measurements": [measure(setup, int(b)) for b in FLAGS.tasks],
+  }
+  results["threads"] = {
+    "inter_op": gin.query_parameter("configure_threads.inter_op_threads"),
+    "intra_op": results["threads"],
+  }
+  if FLAGS.output:
+    files.write_json(FLAGS.output, results, indent=2)
+
+
+if __name__ == "__main__":
+  app.run(main)

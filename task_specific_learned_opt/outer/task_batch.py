@@ -1,0 +1,156 @@
+"""B tasks' truncations as one: a task of B inner problems and a learned optimizer of B thetas.
+
+A worker with a task batch (distributed/batched_worker.py) computes the samples of B tasks in one
+compiled call, one while_loop stepping all of them. Nothing in the estimators or the unroll
+changes: the batch is one Unroll whose task is `TaskBatch` (B inner problems, loss [B]) and whose
+learned optimizer is `LOptBatch` (theta held as B copies, [B, ...] per leaf), so that
+
+  - theta's copy b drives task b's inner run alone, and the gradient of the summed outer losses
+    with respect to the B copies is, in copy b, task b's own g_rp;
+  - a perturbation drawn with B seeds [B, 2] gives copy b the e that seed b gives one theta
+    (antithetic.perturbation), and g_es and g_pes are per problem (estimates.es_gradient);
+  - batches come from B data seeds [B, 2] (random_seeds.fold_in folds each), task b's from its
+    own, as they would for task b alone.
+
+So sample b equals the sample that task b's worker would compute alone from the same state and
+seeds (tests/outer/test_task_batch.py, merged and PES). The B inner runs are in lockstep: they
+share the truncation length and the inner step (`BatchState.iteration` is the first one's).
+
+Inside the loop each task's step runs its own ops (its model, its learned update), side by side
+in one graph: the batch saves the per-call and per-iteration overhead of B separate samples and
+lets the executor interleave them, but its kernels are the single task's
+(docs/performance.md measures what that gives).
+"""
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import tensorflow as tf
+
+from task_specific_learned_opt import nests, random_seeds
+from task_specific_learned_opt.learned_optimizers import base as lopt_base
+from task_specific_learned_opt.optimizers import base as opt_base
+from task_specific_learned_opt.tasks import base as task_base
+
+
+def _rows(seed: random_seeds.SeedLike, num: int) -> list[tf.Tensor]:
+  seed = random_seeds.as_seed(seed)
+  if seed.shape.rank != 2 or seed.shape[0] != num:
+    raise ValueError(f"A task batch of {num} tasks takes {num} seeds [{num}, 2], got {seed.shape}.")
+  return tf.unstack(seed)
+
+
+def stack(nests_: Sequence[Any]) -> Any:
+  """B nests of the same structure as one, each leaf stacked on a new axis 0."""
+  return tf.nest.map_structure(lambda *x: tf.stack(x), *nests_)
+
+
+def unstack(nest: Any, num: int) -> list[Any]:
+  """The B nests that `stack` made `nest` of."""
+  return [tf.nest.map_structure(lambda x, b=b: x[b], nest) for b in range(num)]
+
+
+class TaskBatch(task_base.Task):
+  """B tasks as one task of B independent inner problems: params, data and batches are tuples of
+  the tasks' own, the loss is [B] and every seed is B seeds [B, 2]."""
+
+  def __init__(self, tasks: Sequence[task_base.Task]):
+    """Makes the batch.
+
+    Args:
+      tasks: the B tasks, of one family (they may differ in their data only, so that a compiled
+        call traced with them serves any B tasks of the family).
+    """
+    self.tasks = tuple(tasks)
+    self.name = f"{len(self.tasks)} x {self.tasks[0].name}"
+
+  @property
+  def num_tasks(self) -> int:
+    """B."""
+    return len(self.tasks)
+
+  def init_params(self, seed: random_seeds.SeedLike) -> tuple:
+    """Task b's initial params from seed b ([B, 2] seeds)."""
+    rows = _rows(seed, self.num_tasks)
+    return tuple(t.init_params(s) for t, s in zip(self.tasks, rows, strict=True))
+
+  def loss(self, params: tuple, batch: tuple) -> tf.Tensor:
+    """[B]: task b's loss of its params on its batch."""
+    return tf.stack([t.loss(p, b) for t, p, b in zip(self.tasks, params, batch, strict=True)])
+
+  def batch(self, split: str, seed: random_seeds.SeedLike) -> tuple:
+    """Task b's batch of `split` from seed b ([B, 2] seeds)."""
+    rows = _rows(seed, self.num_tasks)
+    return tuple(t.batch(split, s) for t, s in zip(self.tasks, rows, strict=True))
+
+  @property
+  def data(self) -> tuple:
+    """The tasks' data, a tuple."""
+    return tuple(t.data for t in self.tasks)
+
+  def with_data(self, data: tuple) -> "TaskBatch":
+    """Task b reading data[b]."""
+    return TaskBatch([t.with_data(d) for t, d in zip(self.tasks, data, strict=True)])
+
+
+class BatchState(NamedTuple):
+  """The B inner optimizer states of a task batch (they share their inner step)."""
+
+  states: tuple
+
+  @property
+  def iteration(self) -> tf.Tensor:
+    """The inner step the B runs share."""
+    return self.states[0].iteration
+
+  @property
+  def params(self) -> tuple:
+    """The B runs' params."""
+    return tuple(s.params for s in self.states)
+
+
+class _BatchOptimizer(opt_base.Optimizer):
+  """Task b's state is updated by opt_fn(theta copy b)."""
+
+  name = "task_batch"
+
+  def __init__(self, opts: Sequence[opt_base.Optimizer]):
+    self.opts = tuple(opts)
+
+  def init(self, params: tuple) -> BatchState:
+    return BatchState(tuple(o.init(p) for o, p in zip(self.opts, params, strict=True)))
+
+  def update(self, state: BatchState, grads: tuple, loss: tf.Tensor | None = None) -> BatchState:
+    losses = [None] * len(self.opts) if loss is None else tf.unstack(loss)
+    return BatchState(
+      tuple(
+        o.update(s, g, loss=task_loss)
+        for o, s, g, task_loss in zip(self.opts, state.states, grads, losses, strict=True)
+      )
+    )
+
+  def get_params(self, state: BatchState) -> tuple:
+    return tuple(o.get_params(s) for o, s in zip(self.opts, state.states, strict=True))
+
+
+class LOptBatch(lopt_base.LearnedOptimizer):
+  """A learned optimizer of B tasks: theta as B copies ([B, ...] per leaf), copy b for task b."""
+
+  def __init__(self, lopt: lopt_base.LearnedOptimizer, num_tasks: int):
+    """The learned optimizer `lopt` for a batch of `num_tasks` tasks."""
+    self.lopt = lopt
+    self.num_tasks = int(num_tasks)
+    self.name = f"{self.num_tasks} x {lopt.name}"
+
+  def init(self, seed: random_seeds.SeedLike) -> nests.Theta:
+    """B copies of lopt.init(seed)."""
+    return copies(self.lopt.init(seed), self.num_tasks)
+
+  def opt_fn(self, theta: nests.Theta) -> _BatchOptimizer:
+    """The optimizer of the batch's states: task b's by lopt.opt_fn(copy b)."""
+    return _BatchOptimizer([self.lopt.opt_fn(t) for t in unstack(theta, self.num_tasks)])
+
+
+def copies(theta: nests.Theta, num: int) -> nests.Theta:
+  """`num` copies of theta, stacked on axis 0 of every leaf (LOptBatch's theta)."""
+  return tf.nest.map_structure(lambda x: tf.stack([tf.convert_to_tensor(x)] * num), theta)

@@ -1,0 +1,103 @@
+"""A task batch's B samples are, each, the sample its task gives alone (outer/task_batch.py).
+
+For the merged estimator (truncated antithetic pairs) and for PES, over two truncations (the
+second starting from the first's end states), on a batch-normed CNN of the generated family and
+on quadratics: every leaf of g_rp, g_es, L+ and L- of sample b equals the lone computation from
+task b's state with task b's seeds, to float tolerance.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from task_specific_learned_opt import random_seeds
+from task_specific_learned_opt.learned_optimizers import mlp_lopt
+from task_specific_learned_opt.outer import task_batch, truncated_unroll
+from task_specific_learned_opt.outer.estimators import registry
+from task_specific_learned_opt.tasks import families, generated, networks, quadratic
+
+SIGMA = 0.1
+
+
+def _cnn_family():
+  source = generated.GeneratedClassSource(
+    num_classes=30, train_images_per_class=20, test_images_per_class=10, image_size=8
+  )
+  return families.ClassSubsetFamily(
+    source=source,
+    model=networks.paper_cnn(channels=4, batch_norm=True),
+    num_classes_per_task=3,
+    batch_size=8,
+  )
+
+
+FAMILIES = {"cnn_batch_norm": _cnn_family, "quadratic": lambda: quadratic.QuadraticFamily(dim=6)}
+
+
+def _seeds(b, truncation):
+  data = random_seeds.fold_in([5, 6], b)
+  perturbation = random_seeds.fold_in(random_seeds.fold_in([7, 8], b), truncation)
+  return data, perturbation
+
+
+def _assert_samples_equal(together, alone, b):
+  for x, y in zip(tf.nest.flatten(together), tf.nest.flatten(alone), strict=True):
+    x, y = x.numpy()[b], y.numpy()
+    scale = max(float(np.max(np.abs(y))), 1e-6)
+    np.testing.assert_allclose(x, y, rtol=0, atol=2e-5 * scale)
+
+
+@pytest.mark.parametrize("estimator_name", ["merged", "pes_merged"])
+@pytest.mark.parametrize("family_name", sorted(FAMILIES))
+def test_each_sample_of_a_batch_is_its_tasks_sample_alone(estimator_name, family_name):
+  num_tasks, num_steps = 3, 4
+  family = FAMILIES[family_name]()
+  lopt = mlp_lopt.MLPLOpt()
+  estimator = registry.get(estimator_name)
+  theta = tf.nest.map_structure(lambda x: 3.0 * x, lopt.init(1))  # Steps that matter.
+  tasks = [family.sample(random_seeds.fold_in([1, 2], b)) for b in range(num_tasks)]
+  states = [
+    estimator.init_state(lopt.opt_fn(theta).init(t.init_params(b)), theta)
+    for b, t in enumerate(tasks)
+  ]
+  batch_lopt = task_batch.LOptBatch(lopt, num_tasks)
+  batch_theta = task_batch.copies(theta, num_tasks)
+  batch_unroll = truncated_unroll.Unroll(
+    task_batch.TaskBatch(tasks), batch_lopt, "train", recompute=True, loss_shape=[num_tasks]
+  )
+  inner = [estimator_state_inner(s) for s in states]
+  batch_state = estimator.init_state(
+    batch_lopt.opt_fn(batch_theta).init(tuple(i.params for i in inner)), batch_theta
+  )
+  for truncation in range(2):
+    seeds = [_seeds(b, truncation) for b in range(num_tasks)]
+    together, batch_state = estimator.sample(
+      batch_unroll,
+      batch_theta,
+      batch_state,
+      num_steps,
+      tf.stack([s[0] for s in seeds]),
+      tf.stack([s[1] for s in seeds]),
+      SIGMA,
+    )
+    assert together.loss_plus.shape == [num_tasks]
+    for b, task in enumerate(tasks):
+      unroll = truncated_unroll.Unroll(task, lopt, "train", recompute=True)
+      alone, states[b] = estimator.sample(
+        unroll, theta, states[b], num_steps, seeds[b][0], seeds[b][1], SIGMA
+      )
+      _assert_samples_equal(together, alone, b)
+    assert estimator.inner_step(batch_state) == (truncation + 1) * num_steps
+  # The tasks differ: their samples do too (a batch that computed one task B times would fail).
+  assert not np.allclose(together.loss_plus[0], together.loss_plus[1])
+
+
+def estimator_state_inner(state):
+  """The inner state an estimator's state starts from (both estimators carry it first)."""
+  return state[0]
+
+
+def test_a_batch_refuses_seeds_of_another_size():
+  tasks = [quadratic.QuadraticFamily(dim=3).sample(b) for b in range(2)]
+  with pytest.raises(ValueError, match=r"2 tasks takes 2 seeds \[2, 2\]"):
+    task_batch.TaskBatch(tasks).batch("train", [1, 2])
