@@ -341,3 +341,14 @@ def test_the_task_batch_tables_are_their_benchmarks():
   flat = re.sub(r"\s+", " ", text)
   assert f"takes {convolution['batched_over_separate_time']:.1f}x the time" in flat
   assert "not supported on CPU" in convolution["grouped_filter_gradient"]
+
+
+def test_the_readmes_task_batch_row_is_its_benchmarks(table):
+  row = table["beyond: many tasks' samples in one call"]
+  ratios = [
+    m["batched_over_separate_samples_per_second"]
+    for m in _benchmark("batched_worker_quickstart.json")["measurements"]
+  ]
+  assert ", ".join(f"{r:.2f}x" for r in ratios) + " for B = 1, 2, 4, 8" in row
+  convolution = _benchmark("batched_convolution_cpu.json")
+  assert f"batched matmuls, {convolution['batched_over_separate_time']:.1f}x" in row
