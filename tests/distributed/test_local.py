@@ -125,8 +125,7 @@ def test_samples_computed_at_once_are_the_samples_computed_one_at_a_time(tmp_pat
       assert [r[key] for r in runs[parallel][1]] == [r[key] for r in runs[1][1]], key
 
 
-@pytest.mark.parametrize("estimator", ["merged", "pes"])
-def test_batched_workers_give_the_samples_of_as_many_workers(tmp_path, estimator):
+def test_batched_workers_give_the_samples_of_as_many_workers(tmp_path, estimator="merged"):
   # Batches of 4 from 4 workers, or from 2 workers of 2 tasks each (worker ids 0-3 either way,
   # each sample from its own inner run, K fixed so lockstep changes nothing): the chief takes the
   # same samples in the same order, over 5 outer steps that cross the inner runs' reset.
