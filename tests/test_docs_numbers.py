@@ -11,6 +11,7 @@ import json
 import os
 import re
 
+import numpy as np
 import pytest
 
 from task_specific_learned_opt.evaluation import shipped, statistics
@@ -352,3 +353,29 @@ def test_the_readmes_task_batch_row_is_its_benchmarks(table):
   assert ", ".join(f"{r:.2f}x" for r in ratios) + " for B = 1, 2, 4, 8" in row
   convolution = _benchmark("batched_convolution_cpu.json")
   assert f"batched matmuls, {convolution['batched_over_separate_time']:.1f}x" in row
+
+
+def test_the_relative_step_caps_probe_in_the_docs_is_its_summaries():
+  def means(problem, variant):
+    path = os.path.join(
+      testing_utils.REPO, "pretrained", "app_e", "update_probe", problem, variant, "summary.json"
+    )
+    with open(path) as f:
+      candidates = json.load(f)["candidates"]
+    return {
+      name: (float(np.mean(c["per_task"]["mean_loss"])), c.get("training_check"))
+      for name, c in candidates.items()
+    }
+
+  with open(os.path.join(testing_utils.REPO, "docs", "evaluation.md")) as f:
+    text = re.sub(r"\s+", " ", f.read())
+  small, large = means("mlp_2x32", "relative"), means("mlp_3x128", "relative")
+  gate = means("mlp_2x32", "gate")
+  assert (
+    f"mean training loss {small['L_train'][0]:.2f} (L_train) and {small['L_valid'][0]:.2f} "
+    f"(L_valid) on the 2x32 MLP against {gate['L_train'][0]:.2f} and {gate['L_valid'][0]:.2f} "
+    f"with the gate alone, and {large['L_train'][0]:.2f} and {large['L_valid'][0]:.2f} on the "
+    "3x128 MLP"
+  ) in text
+  trained = sum(r[1]["trained"] for r in (*small.values(), *large.values()))
+  assert f"by `training_check` {trained} of the 8 runs trained" in text
