@@ -379,3 +379,27 @@ def test_the_relative_step_caps_probe_in_the_docs_is_its_summaries():
   ) in text
   trained = sum(r[1]["trained"] for r in (*small.values(), *large.values()))
   assert f"by `training_check` {trained} of the 8 runs trained" in text
+
+
+def test_the_relative_step_caps_cost_in_family_in_the_docs_is_its_summaries():
+  def mean_loss(variant):
+    path = os.path.join(
+      testing_utils.REPO,
+      "pretrained",
+      "app_e",
+      "update_probe",
+      "in_family",
+      variant,
+      "summary.json",
+    )
+    with open(path) as f:
+      candidates = json.load(f)["candidates"]
+    return [float(np.mean(candidates[n]["per_task"]["mean_loss"])) for n in ("L_train", "L_valid")]
+
+  with open(os.path.join(testing_utils.REPO, "docs", "evaluation.md")) as f:
+    text = re.sub(r"\s+", " ", f.read())
+  (rel_train, rel_valid), (paper_train, paper_valid) = mean_loss("relative"), mean_loss("paper")
+  assert (
+    f"mean training loss {rel_train:.2f} and {rel_valid:.2f} on the batch-normed CNN against "
+    f"{paper_train:.2f} and {paper_valid:.2f} with the paper's update"
+  ) in text
