@@ -2,8 +2,8 @@
 
 For the merged estimator (truncated antithetic pairs) on a batch-normed CNN of the generated
 family and on quadratics, and for PES on quadratics, over two truncations (the second starting
-from the first's end states): every leaf of g_rp, g_es, L+ and L- of sample b equals the lone computation from
-task b's state with task b's seeds, to float tolerance.
+from the first's end states): every leaf of g_rp, g_es, L+ and L- of sample b equals the lone
+computation from task b's state with task b's seeds, to float tolerance.
 """
 
 import numpy as np
