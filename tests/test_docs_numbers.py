@@ -403,3 +403,27 @@ def test_the_relative_step_caps_cost_in_family_in_the_docs_is_its_summaries():
     f"mean training loss {rel_train:.2f} and {rel_valid:.2f} on the batch-normed CNN against "
     f"{paper_train:.2f} and {paper_valid:.2f} with the paper's update"
   ) in text
+
+
+def test_fig5_on_the_papers_family_is_its_seed_study():
+  with open(os.path.join(testing_utils.REPO, "docs", "paper_family_seeds.json")) as f:
+    study = json.load(f)["paper_family"]
+  with open(os.path.join(testing_utils.REPO, "docs", "paper_family.md")) as f:
+    text = f.read().split("## Fig. 5 on the paper's family", 1)[1]
+  adam = study["reference"]["outer_test"]["mean_train_loss"]
+  assert f"(LR-tuned Adam: {adam:.3f})" in text
+  passed = 0
+  for seed, run in sorted(study["seeds"].items()):
+    records = {r["outer_step"]: r for r in run["records"]}
+    cells = [
+      f"{records[k]['outer_test']['mean_train_loss']:.3f}" for k in (0, 10, 40, 80, 120, 160)
+    ]
+    below = [r for r in run["records"] if r["outer_test"]["mean_train_loss"] < adam]
+    first = (
+      f"outer step {below[0]['outer_step']} ({below[0]['inner_steps']:,} inner steps)"
+      if below
+      else "never"
+    )
+    assert f"| {seed} | " + " | ".join(cells) + f" | {first} |" in text
+    passed += bool(below)
+  assert f"depends on the seed: {passed} of {len(study['seeds'])} here" in re.sub(r"\s+", " ", text)
