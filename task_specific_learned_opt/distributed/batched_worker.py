@@ -13,19 +13,14 @@ jitter, capped at the steps its run has left), every run starts and resets toget
 worker's own: they are those B separate workers with the same ids would use.
 """
 
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from task_specific_learned_opt import nests, tracing
+from task_specific_learned_opt import nests
 from task_specific_learned_opt.distributed import base, worker_step
-from task_specific_learned_opt.outer import task_batch, truncated_unroll
-from task_specific_learned_opt.outer.estimators import base as estimator_base
-
-_SAMPLE_FNS = {}
-_SAMPLE_FNS_LOCK = threading.Lock()
+from task_specific_learned_opt.outer import task_batch
 
 
 class BatchedWorkerState(NamedTuple):
@@ -73,50 +68,6 @@ class BatchedWorker:
     """The state of workers that have not started: the first step starts their tasks."""
     return BatchedWorkerState(tuple(w.initial_state() for w in self.workers))
 
-  def _compiled(self, tasks: Sequence[Any]) -> Callable[..., tuple[estimator_base.Sample, Any]]:
-    # Tasks of the family differ in their data only, which is an argument: one trace serves all.
-    first = self.workers[0]
-    key = (
-      id(first.family),
-      id(first.lopt),
-      first.sigma,
-      first.objective,
-      first.recompute,
-      id(first.estimator),
-      self.num_tasks,
-    )
-    with _SAMPLE_FNS_LOCK:
-      if key not in _SAMPLE_FNS:
-        template = task_batch.TaskBatch(tasks)
-        batch_lopt, estimator, num_tasks = self.batch_lopt, self.estimator, self.num_tasks
-        sigma, objective, recompute = key[2:5]
-
-        @tf.function(autograph=False, reduce_retracing=True)
-        def sample_fn(
-          theta: nests.Theta,
-          estimator_state: Any,
-          task_data: Any,
-          num_steps: tf.Tensor,
-          data_seeds: tf.Tensor,
-          perturbation_seeds: tf.Tensor,
-        ) -> tuple[estimator_base.Sample, Any]:
-          unroll = truncated_unroll.Unroll(
-            template.with_data(task_data), batch_lopt, objective, recompute, [num_tasks]
-          )
-          return estimator.sample(
-            unroll,
-            task_batch.copies(theta, num_tasks),
-            estimator_state,
-            num_steps,
-            data_seeds,
-            perturbation_seeds,
-            sigma,
-          )
-
-        tracing.traces_per_variant(sample_fn)
-        _SAMPLE_FNS[key] = (sample_fn, first.family, first.lopt, estimator)
-      return _SAMPLE_FNS[key][0]
-
   def _start_tasks(self, theta: nests.Theta, state: BatchedWorkerState) -> BatchedWorkerState:
     """`state` with each worker's next task started and the batch's estimator state for them."""
     inner = []
@@ -153,7 +104,8 @@ class BatchedWorker:
       tasks.append(w.task(task_index))
       data_seeds.append(w.data_seed(task_index))
       perturbation_seeds.append(w.perturbation_seed(s))
-    estimate, estimator_state = self._compiled(tasks)(
+    sample_fn = worker_step.compiled_sample(first, task_batch.TaskBatch(tasks), self.num_tasks)
+    estimate, estimator_state = sample_fn(
       theta,
       state.estimator_state,
       tuple(t.data for t in tasks),

@@ -34,7 +34,7 @@ from task_specific_learned_opt import nests, random_seeds, tracing
 from task_specific_learned_opt.distributed import base
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.optimizers import base as opt_base
-from task_specific_learned_opt.outer import schedules, truncated_unroll
+from task_specific_learned_opt.outer import schedules, task_batch, truncated_unroll
 from task_specific_learned_opt.outer.estimators import base as estimator_base
 from task_specific_learned_opt.outer.estimators import registry
 from task_specific_learned_opt.tasks import base as task_base
@@ -52,6 +52,64 @@ class WorkerState(NamedTuple):
   truncation_index: int  # Truncations this worker has run.
   # The estimator's state of the current inner run (estimator.state_type); None: start a new task.
   estimator_state: Any = None
+
+
+def compiled_sample(
+  worker: "Worker", template: task_base.Task, num_tasks: int | None = None
+) -> Callable[..., tuple[estimator_base.Sample, Any]]:
+  """The worker's estimator's `sample`, compiled once per configuration and shared.
+
+  Workers of one process with the same configuration share one trace: the task's data is an
+  argument, so any task of the family runs through it.
+
+  Args:
+    worker: the worker whose family, learned optimizer, estimator and settings it computes with.
+    template: a task of the family (for a task batch, an outer/task_batch.TaskBatch).
+    num_tasks: None for one task; B for a task batch, whose theta is B copies of the one given.
+
+  Returns:
+    fn(theta, estimator_state, task_data, num_steps, data_seed, perturbation_seed) -> (sample,
+    next estimator state).
+  """
+  key = (
+    id(worker.family),
+    id(worker.lopt),
+    worker.sigma,
+    worker.objective,
+    worker.recompute,
+    id(worker.estimator),
+    num_tasks,
+  )
+  with _SAMPLE_FNS_LOCK:  # Local mode may call this from several threads.
+    if key not in _SAMPLE_FNS:
+      lopt, estimator = worker.lopt, worker.estimator
+      sigma, objective, recompute = key[2:5]
+      loss_shape = () if num_tasks is None else (num_tasks,)
+      if num_tasks is not None:
+        lopt = task_batch.LOptBatch(lopt, num_tasks)
+
+      @tf.function(autograph=False, reduce_retracing=True)
+      def sample_fn(
+        theta: nests.Theta,
+        estimator_state: Any,
+        task_data: Any,
+        num_steps: tf.Tensor,
+        data_seed: tf.Tensor,
+        perturbation_seed: tf.Tensor,
+      ) -> tuple[estimator_base.Sample, Any]:
+        if num_tasks is not None:
+          theta = task_batch.copies(theta, num_tasks)
+        unroll = truncated_unroll.Unroll(
+          template.with_data(task_data), lopt, objective, recompute, loss_shape
+        )
+        return estimator.sample(
+          unroll, theta, estimator_state, num_steps, data_seed, perturbation_seed, sigma
+        )
+
+      tracing.traces_per_variant(sample_fn)
+      # Holding the family, lopt and estimator keeps their ids from being reused.
+      _SAMPLE_FNS[key] = (sample_fn, worker.family, worker.lopt, estimator)
+    return _SAMPLE_FNS[key][0]
 
 
 @gin.configurable(denylist=["worker_id", "estimator"])
@@ -157,44 +215,7 @@ class Worker:
     return self.lopt.opt_fn(theta).init(params)
 
   def _compiled(self, task: task_base.Task) -> Callable[..., tuple[estimator_base.Sample, Any]]:
-    # Workers of one process with the same configuration share one trace: the task's data is an
-    # argument, so any task of the family runs through it.
-    key = (
-      id(self.family),
-      id(self.lopt),
-      self.sigma,
-      self.objective,
-      self.recompute,
-      id(self.estimator),
-    )
-    with _SAMPLE_FNS_LOCK:  # Local mode may call this from several threads.
-      if key not in _SAMPLE_FNS:
-        template, lopt, estimator = task, self.lopt, self.estimator
-        sigma, objective, recompute = key[2:5]
-
-        @tf.function(autograph=False, reduce_retracing=True)
-        def sample_fn(
-          theta: nests.Theta,
-          estimator_state: Any,
-          task_data: Any,
-          num_steps: tf.Tensor,
-          data_seed: tf.Tensor,
-          perturbation_seed: tf.Tensor,
-        ) -> tuple[estimator_base.Sample, Any]:
-          return estimator.sample(
-            truncated_unroll.Unroll(template.with_data(task_data), lopt, objective, recompute),
-            theta,
-            estimator_state,
-            num_steps,
-            data_seed,
-            perturbation_seed,
-            sigma,
-          )
-
-        tracing.traces_per_variant(sample_fn)
-        # Holding the family, lopt and estimator keeps their ids from being reused.
-        _SAMPLE_FNS[key] = (sample_fn, self.family, lopt, estimator)
-      return _SAMPLE_FNS[key][0]
+    return compiled_sample(self, task)
 
   def data_seed(self, task_index: int) -> tf.Tensor:
     """The data seed of this worker's `task_index`-th inner run (its batches' stream)."""
