@@ -77,6 +77,7 @@ class ChiefFiles:
       layout.checkpoint_dir(train_dir),
       setup.keep_checkpoints,
     )
+    self._previous_checkpoint, self._index_unsynced = None, False  # See kept().
     record = outer_lib.experiment_record(chief.theta_numpy())
     change = None
     if self.manager.latest_checkpoint is not None:  # Else nothing to resume.
@@ -110,12 +111,21 @@ class ChiefFiles:
       shutil.rmtree(path, ignore_errors=True)
 
   def kept(self) -> str:
-    """What a failed write leaves intact, in words (the last complete checkpoint)."""
+    """What a failed write leaves intact, in words (the last complete checkpoint).
+
+    Between the index naming a new checkpoint and the index reaching the disk, a failing disk
+    may keep either index: both checkpoints are whole (the new one's data is on the disk before
+    the index names it), and the words name both.
+    """
     latest = self.manager.latest_checkpoint
     if latest is None:
       return "No checkpoint was saved yet"
     name = os.path.basename(latest)
-    return f"The last complete checkpoint, {name} (outer step {name.rsplit('-', 1)[-1]}), is intact"
+    step = name.rsplit("-", 1)[-1]
+    if self._index_unsynced and self._previous_checkpoint not in (None, latest):
+      previous = os.path.basename(self._previous_checkpoint)
+      step += f"; or {previous} if the disk lost the index naming it"
+    return f"The last complete checkpoint, {name} (outer step {step}), is intact"
 
   @contextlib.contextmanager
   def _disk_checked(self) -> Iterator[None]:
@@ -198,8 +208,14 @@ class ChiefFiles:
       )
     with stopping.interrupts_deferred(), self._disk_checked():
       try:
-        saved = self.manager.save(checkpoint_number=step)
+        self._previous_checkpoint = self.manager.latest_checkpoint
+        # TF calls these after the checkpoint's files are written and before the manager writes
+        # the index that names it: its data is on the disk before anything points to it.
+        options = tf.train.CheckpointOptions(experimental_write_callbacks=[self._sync_data])
+        self._index_unsynced = True
+        saved = self.manager.save(checkpoint_number=step, options=options)
         self._sync_checkpoint(saved)
+        self._index_unsynced = False
         theta_dir = layout.theta_dir(self.train_dir)
         card = self._card({"outer_step": step, "inner_steps": self.inner_steps.total})
         checkpoints.save_theta(theta_dir, self.chief.theta(), info={"outer_step": step}, card=card)
@@ -219,12 +235,17 @@ class ChiefFiles:
     self.last_save = time.time()
     logging.info("Saved checkpoint and theta at outer step %d in %s.", step, self.train_dir)
 
+  @staticmethod
+  def _sync_data(prefix: str) -> None:
+    """Puts checkpoint `prefix`'s files and their folder on the disk (before its index exists)."""
+    files.sync(*glob.glob(f"{prefix}.*"), os.path.dirname(prefix))
+
   def _sync_checkpoint(self, prefix: str) -> None:
-    """Puts checkpoint `prefix` on the disk, then the index naming it, then the records up to
-    it: a disk that fails (turns read-only, loses power) right after keeps a checkpoint whole,
-    where files only in the page cache would be lost."""
+    """Puts the index naming checkpoint `prefix` on the disk, then the records up to it (its data
+    is there already, `_sync_data`): a disk that fails (turns read-only, loses power) at any
+    moment keeps an index that names a whole checkpoint, where files only in the page cache
+    would be lost."""
     directory = os.path.dirname(prefix)
-    files.sync(*glob.glob(f"{prefix}.*"))
     files.sync(os.path.join(directory, layout.CHECKPOINT_INDEX_FILENAME), directory)
     files.sync(self.recorder.path, os.path.join(self.train_dir, layout.EXPERIMENT_FILENAME))
 

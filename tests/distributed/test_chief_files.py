@@ -124,3 +124,49 @@ def test_experiment_json_is_written_as_before(tmp_path):
   record = json.loads(text)
   assert text == json.dumps(record, indent=1, sort_keys=True)
   assert record["bindings"]["outer_training.batch_size"] == "4"
+
+
+def test_a_checkpoints_data_is_on_the_disk_before_an_index_names_it(tmp_path, monkeypatch):
+  # A disk that fails at any moment of a save keeps an index naming a whole checkpoint: when
+  # ckpt-N's files are flushed, the index does not name it yet; a failure there keeps ckpt-M.
+  files = _files(tmp_path, steps=2)
+  index = tmp_path / layout.CHECKPOINT_DIRNAME / layout.CHECKPOINT_INDEX_FILENAME
+  flushed = []
+
+  def sync(*paths):
+    data = [p for p in paths if os.path.basename(p).startswith("ckpt-5.")]
+    if data:
+      flushed.append((sorted(os.path.basename(p) for p in data), index.read_text()))
+      raise OSError(30, "Read-only file system")  # The disk fails as ckpt-5's data is flushed.
+
+  monkeypatch.setattr(chief_files.files, "sync", sync)
+  files.chief.outer_step.assign_add(3)
+  files.recorded_step = files.chief.step
+  with pytest.raises(Exception) as raised:
+    files.save()
+  ((names, index_then),) = flushed
+  assert any(n.endswith(".index") for n in names) and any(".data-" in n for n in names), names
+  assert 'model_checkpoint_path: "ckpt-2"' in index_then, index_then
+  assert 'model_checkpoint_path: "ckpt-2"' in index.read_text()  # The index was never moved on.
+  assert files.manager.latest_checkpoint.endswith("ckpt-2")
+  assert "The last complete checkpoint, ckpt-2 (outer step 2), is intact" in str(raised.value)
+
+
+def test_a_disk_failing_before_the_new_index_is_flushed_names_both_checkpoints(
+  tmp_path, monkeypatch
+):
+  files = _files(tmp_path, steps=2)
+
+  def sync(*paths):
+    if any(os.path.basename(p) == layout.CHECKPOINT_INDEX_FILENAME for p in paths):
+      raise OSError(30, "Read-only file system")
+
+  monkeypatch.setattr(chief_files.files, "sync", sync)
+  files.chief.outer_step.assign_add(3)
+  files.recorded_step = files.chief.step
+  with pytest.raises(Exception) as raised:
+    files.save()
+  message = str(raised.value)
+  assert "ckpt-5 (outer step 5; or ckpt-2 if the disk lost the index naming it), is intact" in (
+    message
+  ), message
