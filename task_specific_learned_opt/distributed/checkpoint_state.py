@@ -10,6 +10,7 @@ run continues them.
 """
 
 import json
+import os
 from typing import Any
 
 import numpy as np
@@ -99,11 +100,26 @@ def restore(checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager
     checkpoint.restore(path).assert_existing_objects_matched()
   except Exception as e:  # noqa: BLE001 - damaged files fail in many ways; all are reported.
     others = [p for p in manager.checkpoints if p != path]
+    older = ", ".join(others) if others else "none kept"
+    detail = " ".join(str(e).split())[:300]
+    if _damaged(e):
+      raise train_dir_lib.CheckpointError(
+        f"The checkpoint {path} is damaged (its files are truncated or corrupt): {detail}. Move "
+        f"its files ({os.path.basename(path)}.*) away to resume from an older one ({older}). "
+        "Nothing was overwritten."
+      ) from e
     raise train_dir_lib.CheckpointError(
-      f"Cannot restore the checkpoint {path} into this experiment: "
-      f"{' '.join(str(e).split())[:300]}. If it belongs to another experiment, use a new "
-      "--train_dir or the gin config it was written with; if it is damaged, move its files "
-      f"away to resume from an older one ({', '.join(others) if others else 'none kept'}). "
-      "Nothing was overwritten."
+      f"Cannot restore the checkpoint {path} into this experiment: {detail}. If it belongs to "
+      "another experiment, use a new --train_dir or the gin config it was written with; if it "
+      f"is damaged, move its files away to resume from an older one ({older}). Nothing was "
+      "overwritten."
     ) from e
   logging.info("Resumed from %s.", path)
+
+
+def _damaged(error: Exception) -> bool:
+  """Whether restoring failed on the checkpoint's bytes (truncated, corrupt), not its contents."""
+  if isinstance(error, (tf.errors.DataLossError, tf.errors.OutOfRangeError)):
+    return True
+  words = str(error).lower()
+  return any(w in words for w in ("read less bytes", "corrupt", "checksum", "truncated"))

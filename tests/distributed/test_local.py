@@ -281,8 +281,11 @@ def test_a_damaged_checkpoint_is_refused_and_left_in_place(tmp_path):
   with open(data_files[0], "r+b") as f:
     f.truncate(16)
   before = sorted(os.listdir(tmp_path / layout.CHECKPOINT_DIRNAME))
-  with pytest.raises(train_dir_lib.CheckpointError, match="damaged"):
+  with pytest.raises(train_dir_lib.CheckpointError, match="damaged") as raised:
     _train(tmp_path, 2)
+  message = str(raised.value)
+  assert "is damaged (its files are truncated or corrupt)" in message, message
+  assert "another experiment" not in message, message  # Not a guess between two causes.
   assert sorted(os.listdir(tmp_path / layout.CHECKPOINT_DIRNAME)) == before
 
 
