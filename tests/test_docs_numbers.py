@@ -427,3 +427,39 @@ def test_fig5_on_the_papers_family_is_its_seed_study():
     assert f"| {seed} | " + " | ".join(cells) + f" | {first} |" in text
     passed += bool(below)
   assert f"depends on the seed: {passed} of {len(study['seeds'])} here" in re.sub(r"\s+", " ", text)
+
+
+def test_fig6_on_the_papers_family_against_the_refined_adam(found, table):
+  # The sceptic's Adam (lr, beta1 and eps refined per task) beside the paper's baselines: the doc's
+  # table and the README row are its shipped evaluation's, and every other comparison of that
+  # evaluation equals the one shipped without it (the thetas' runs were made again).
+  refined = {
+    (r["learned"], r["metric"], r["baseline"].split(" (")[0]): r
+    for r in found
+    if r["evaluation"] == "paper_family_refined" and "refined" in r["baseline"]
+  }
+  with open(os.path.join(testing_utils.REPO, "docs", "paper_family.md")) as f:
+    text = f.read().split("### Against a better-tuned Adam", 1)[1]
+  names = {"mean_loss": "mean training loss", "mean_test_loss": "mean test loss"}
+  names["final_test_loss"] = "final test loss"
+  for (learned, metric, _), r in refined.items():
+    if (learned, metric) == ("L_train", "mean_test_loss"):
+      continue  # Not in the doc's table.
+    cell = f"{r['baseline_mean_loss']:.3f}: {statistics.claim(r)}"
+    assert f"| {learned}, {names[metric]} | {r['learned_mean_loss']:.3f} | {cell} |" in text, cell
+  row = table["Fig. 6 on Sec. 4.2's CNN"]
+  r = refined[("L_train", "mean_loss", "adam")]
+  assert f"L_train theta 1.040 against {r['baseline_mean_loss']:.3f} ({statistics.claim(r)})" in row
+  r = refined[("L_valid", "final_test_loss", "adam")]
+  assert f"0.709 against {r['baseline_mean_loss']:.3f} ({statistics.claim(r)})" in row
+  before = {
+    (r["learned"], r["baseline"], r["metric"]): r["mean_difference"]
+    for r in found
+    if r["evaluation"] == "paper_family"
+  }
+  after = {
+    (r["learned"], r["baseline"], r["metric"]): r["mean_difference"]
+    for r in found
+    if r["evaluation"] == "paper_family_refined" and "refined" not in r["baseline"]
+  }
+  assert after == before
