@@ -463,3 +463,28 @@ def test_fig6_on_the_papers_family_against_the_refined_adam(found, table):
     if r["evaluation"] == "paper_family_refined" and "refined" not in r["baseline"]
   }
   assert after == before
+
+
+def test_fig5_for_l_valid_on_the_papers_family_is_its_seed_study(table):
+  with open(os.path.join(testing_utils.REPO, "docs", "paper_family_seeds_valid.json")) as f:
+    study = json.load(f)["paper_family_valid"]
+  with open(os.path.join(testing_utils.REPO, "docs", "paper_family.md")) as f:
+    text = f.read().split("### For L_valid", 1)[1]
+  assert study["reference"]["objective"] == "valid"
+  adam = study["reference"]["outer_test"]["final_test_loss"]
+  assert f"(validation-tuned Adam: {adam:.3f})" in text
+  passed = 0
+  for seed, run in sorted(study["seeds"].items()):
+    records = {r["outer_step"]: r for r in run["records"]}
+    cells = [
+      f"{records[k]['outer_test']['final_test_loss']:.3f}" for k in (0, 10, 20, 40, 80, 120, 160)
+    ]
+    below = [r for r in run["records"] if r["outer_test"]["final_test_loss"] < adam]
+    first = f"outer step {below[0]['outer_step']}" if below else "never"
+    assert f"| {seed} | " + " | ".join(cells) + f" | {first} |" in text
+    passed += bool(below)
+  words = re.sub(r"\s+", " ", text)
+  assert f"No L_valid seed leaves the plateau in 160 outer steps: {passed} of 3" in words
+  assert passed == 0  # "No seed" and the README's "0 of 3" say so.
+  row = table["Fig. 6 on Sec. 4.2's CNN"]
+  assert f"{passed} of {len(study['seeds'])} L_valid seeds leave it in 160 outer steps" in row
