@@ -48,7 +48,7 @@ APP_E = tuple(
   f"{problem}/{thetas}"
   for problem in ("cnn_batch_norm", "mlp_2x32", "mlp_3x128", "digits_mlp_2x32")
   for thetas in ("bn_cnn", "bn_cnn_gated", "cnn")
-) + ("images_16x16/cnn", "cnn_6_layers/cnn", "cnn_8_channels/cnn")
+) + ("images_16x16/cnn", "cnn_6_layers/cnn", "cnn_8_channels/cnn", "cnn_32_channels/cnn")
 OUT_OF_FAMILY = {
   "out_of_family": (
     "in_family",
