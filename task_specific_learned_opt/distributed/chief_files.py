@@ -235,19 +235,20 @@ class ChiefFiles:
     self.last_save = time.time()
     logging.info("Saved checkpoint and theta at outer step %d in %s.", step, self.train_dir)
 
-  @staticmethod
-  def _sync_data(prefix: str) -> None:
-    """Puts checkpoint `prefix`'s files and their folder on the disk (before its index exists)."""
+  def _sync_data(self, prefix: str) -> None:
+    """Puts checkpoint `prefix`'s files, their folder and the records up to it on the disk, before
+    its index exists: whichever index a failing disk keeps, its checkpoint and every record up to
+    it are there (a record missing below the checkpoint would leave a hole in progress.jsonl)."""
     files.sync(*glob.glob(f"{prefix}.*"), os.path.dirname(prefix))
+    files.sync(self.recorder.path, os.path.join(self.train_dir, layout.EXPERIMENT_FILENAME))
 
   def _sync_checkpoint(self, prefix: str) -> None:
-    """Puts the index naming checkpoint `prefix` on the disk, then the records up to it (its data
-    is there already, `_sync_data`): a disk that fails (turns read-only, loses power) at any
-    moment keeps an index that names a whole checkpoint, where files only in the page cache
-    would be lost."""
+    """Puts the index naming checkpoint `prefix` on the disk (its data and the records up to it are
+    there already, `_sync_data`): a disk that fails (turns read-only, loses power) at any moment
+    keeps an index that names a whole checkpoint, where files only in the page cache would be
+    lost."""
     directory = os.path.dirname(prefix)
     files.sync(os.path.join(directory, layout.CHECKPOINT_INDEX_FILENAME), directory)
-    files.sync(self.recorder.path, os.path.join(self.train_dir, layout.EXPERIMENT_FILENAME))
 
   def save_if_due(self) -> None:
     """Saves (see `save`) if checkpoint_every_secs have passed since the last save."""

@@ -170,3 +170,28 @@ def test_a_disk_failing_before_the_new_index_is_flushed_names_both_checkpoints(
   assert "ckpt-5 (outer step 5; or ckpt-2 if the disk lost the index naming it), is intact" in (
     message
   ), message
+
+
+def test_the_records_up_to_a_checkpoint_are_on_the_disk_before_its_index_names_it(
+  tmp_path, monkeypatch
+):
+  # Otherwise a disk failing after the new index reached it, and before the records did, resumes
+  # from ckpt-N with records missing below N: a hole in progress.jsonl.
+  files = _files(tmp_path, steps=2)
+  index = tmp_path / layout.CHECKPOINT_DIRNAME / layout.CHECKPOINT_INDEX_FILENAME
+  records = {files.recorder.path, str(tmp_path / layout.EXPERIMENT_FILENAME)}
+  named_when_synced = {}
+
+  def sync(*paths):
+    for path in set(paths) & records:
+      named_when_synced[path] = index.read_text().splitlines()[0]
+
+  monkeypatch.setattr(chief_files.files, "sync", sync)
+  files.chief.outer_step.assign_add(3)
+  files.recorded_step = files.chief.step
+  files.save()
+  assert set(named_when_synced) == records
+  assert all(v == 'model_checkpoint_path: "ckpt-2"' for v in named_when_synced.values()), (
+    named_when_synced
+  )
+  assert index.read_text().splitlines()[0] == 'model_checkpoint_path: "ckpt-5"'
