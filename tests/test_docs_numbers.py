@@ -405,6 +405,15 @@ def test_the_relative_step_caps_cost_in_family_in_the_docs_is_its_summaries():
   ) in text
 
 
+def _seed_rows(study, metric, steps, adam):
+  """Per seed of a seed study: (seed, its outer-test `metric` at `steps` as the docs print it,
+  its records below `adam`)."""
+  for seed, run in sorted(study["seeds"].items()):
+    records = {r["outer_step"]: r for r in run["records"]}
+    cells = [f"{records[k]['outer_test'][metric]:.3f}" for k in steps]
+    yield seed, cells, [r for r in run["records"] if r["outer_test"][metric] < adam]
+
+
 def test_fig5_on_the_papers_family_is_its_seed_study():
   with open(os.path.join(testing_utils.REPO, "docs", "paper_family_seeds.json")) as f:
     study = json.load(f)["paper_family"]
@@ -413,12 +422,7 @@ def test_fig5_on_the_papers_family_is_its_seed_study():
   adam = study["reference"]["outer_test"]["mean_train_loss"]
   assert f"(LR-tuned Adam: {adam:.3f})" in text
   passed = 0
-  for seed, run in sorted(study["seeds"].items()):
-    records = {r["outer_step"]: r for r in run["records"]}
-    cells = [
-      f"{records[k]['outer_test']['mean_train_loss']:.3f}" for k in (0, 10, 40, 80, 120, 160)
-    ]
-    below = [r for r in run["records"] if r["outer_test"]["mean_train_loss"] < adam]
+  for seed, cells, below in _seed_rows(study, "mean_train_loss", (0, 10, 40, 80, 120, 160), adam):
     first = (
       f"outer step {below[0]['outer_step']} ({below[0]['inner_steps']:,} inner steps)"
       if below
@@ -474,12 +478,8 @@ def test_fig5_for_l_valid_on_the_papers_family_is_its_seed_study(table):
   adam = study["reference"]["outer_test"]["final_test_loss"]
   assert f"(validation-tuned Adam: {adam:.3f})" in text
   passed = 0
-  for seed, run in sorted(study["seeds"].items()):
-    records = {r["outer_step"]: r for r in run["records"]}
-    cells = [
-      f"{records[k]['outer_test']['final_test_loss']:.3f}" for k in (0, 10, 20, 40, 80, 120, 160)
-    ]
-    below = [r for r in run["records"] if r["outer_test"]["final_test_loss"] < adam]
+  steps = (0, 10, 20, 40, 80, 120, 160)
+  for seed, cells, below in _seed_rows(study, "final_test_loss", steps, adam):
     first = f"outer step {below[0]['outer_step']}" if below else "never"
     assert f"| {seed} | " + " | ".join(cells) + f" | {first} |" in text
     passed += bool(below)
