@@ -10,7 +10,9 @@ The first line records the protocol (its settings, the family's name and a diges
 held-out task's data); a directory holding another evaluation's runs is refused, since mixing
 them would compare runs on different tasks. Runs of the same protocol made elsewhere (a long
 evaluation split over processes, each with a part of the optimizers in its own directory) are
-taken in with `sources`.
+taken in with `sources`; so are those of an evaluation that differs only in how many tasks or
+inits it has (task t's run r is the same run in both: `protocol.task_seed`, `protocol.run_seed`),
+so that an evaluation grows to more tasks by running only the new ones.
 """
 
 import hashlib
@@ -27,6 +29,7 @@ from task_specific_learned_opt.evaluation import protocol as protocol_lib
 from task_specific_learned_opt.tasks import base as task_base
 
 FILENAME = "runs.jsonl"
+SIZE = ("num_tasks", "num_inits")  # What two evaluations with the same runs may differ in.
 
 
 class OtherEvaluationError(errors.UserError, ValueError):
@@ -62,6 +65,12 @@ def describe(protocol: protocol_lib.HeldOutProtocol, first_task: task_base.Task)
   }
 
 
+def same_runs(header: dict, other: dict) -> bool:
+  """Whether two evaluations' runs are the same runs: their protocols differ at most in SIZE."""
+  drop = lambda d: {k: v for k, v in d.items() if k not in SIZE}  # noqa: E731
+  return drop(header) == drop(other)
+
+
 class RunCache:
   """The finished runs of one evaluation, in `<directory>/runs.jsonl`."""
 
@@ -77,8 +86,9 @@ class RunCache:
     Args:
       directory: the evaluation's output directory (created if missing).
       protocol: the runs the evaluation makes.
-      sources: output directories of evaluations of the same protocol whose finished runs are
-        added to this one's (runs it has already are kept).
+      sources: output directories of evaluations of the same protocol, or of one differing only
+        in its number of tasks or inits, whose finished runs of this protocol's tasks and inits
+        are added to this one's (runs it has already are kept).
       replace_other: runs of another protocol in `directory` are moved aside (to
         runs.jsonl.other) and the evaluation starts over, instead of being refused: for the
         comparison that ends an outer-training run, whose directory belongs to the run.
@@ -116,13 +126,18 @@ class RunCache:
           f"{path} does not exist: --runs_from takes an output directory of bin/eval."
         )
       found = files.read_jsonl(path)
-      if not found or found[0] != header:
-        theirs = found[0].get("protocol") if found else None
+      theirs = found[0].get("protocol") if found else None
+      if not isinstance(theirs, dict) or not same_runs(header["protocol"], theirs):
         raise OtherEvaluationError(
           f"{path} holds the runs of another evaluation ({theirs}, not {header['protocol']}); "
-          "only runs of the same tasks, seed and steps can be joined."
+          "only runs of the same tasks, seed and steps can be joined (the number of tasks and "
+          "inits may differ)."
         )
       for record in found[1:]:
+        if (
+          record["key"]["task"] >= protocol.num_tasks or record["key"]["init"] >= protocol.num_inits
+        ):
+          continue  # A run of a larger evaluation that this one does not make.
         if self._key(**record["key"]) not in keys:
           keys.add(self._key(**record["key"]))
           records.append(record)

@@ -273,13 +273,15 @@ def _evaluate_quadratics(output_dir, theta_dir, tuned_baselines=("adam",), **set
     lopt=mlp_lopt.MLPLOpt(),
     tuned_baselines=tuned_baselines,
     learning_rates=(1e-2, 1e-1),
-    num_tasks=2,
-    num_inits=2,
-    num_steps=12,
-    num_points=3,
-    num_eval_batches=1,
-    num_average_points=3,
-    **settings,
+    **{
+      "num_tasks": 2,
+      "num_inits": 2,
+      "num_steps": 12,
+      "num_points": 3,
+      "num_eval_batches": 1,
+      "num_average_points": 3,
+      **settings,
+    },
   )
 
 
@@ -404,6 +406,40 @@ def test_an_evaluation_split_over_processes_is_joined_with_the_runs_of_its_parts
     )
   with pytest.raises(run_cache.SourceNotFoundError, match="runs_from"):
     _evaluate_quadratics(str(tmp_path / "other"), theta_dir, runs_from=[str(tmp_path / "nowhere")])
+
+
+def test_an_evaluation_grows_to_more_tasks_and_inits_by_running_only_the_new_runs(
+  tmp_path, monkeypatch
+):
+  lopt = mlp_lopt.MLPLOpt()
+  theta_dir = str(tmp_path / "theta")
+  checkpoints.save_theta(theta_dir, lopt.init(0))
+  small = _evaluate_quadratics(str(tmp_path / "small"), theta_dir, num_tasks=2, num_inits=1)
+  calls = []
+  evaluate_run = running.evaluate_run
+  monkeypatch.setattr(
+    running, "evaluate_run", lambda *a, **k: calls.append(a[2].name) or evaluate_run(*a, **k)
+  )
+  big = _evaluate_quadratics(
+    str(tmp_path / "big"), theta_dir, num_tasks=3, num_inits=2, runs_from=[str(tmp_path / "small")]
+  )
+  assert len(calls) == 3 * (3 * 2 - 2)  # (learned + 2 grid values) x the 4 new runs.
+  alone = _evaluate_quadratics(str(tmp_path / "alone"), theta_dir, num_tasks=3, num_inits=2)
+  for name, r in alone["results"].items():  # The same numbers as the grown one made alone.
+    np.testing.assert_array_equal(big["results"][name]["mean_loss"], r["mean_loss"], err_msg=name)
+    np.testing.assert_array_equal(
+      big["results"][name]["mean_loss"][:2, :1], small["results"][name]["mean_loss"], err_msg=name
+    )
+  # A smaller evaluation takes its runs from a larger one, and only those it makes.
+  calls.clear()
+  _evaluate_quadratics(
+    str(tmp_path / "one"), theta_dir, num_tasks=1, num_inits=1, runs_from=[str(tmp_path / "big")]
+  )
+  assert calls == []
+  assert len((tmp_path / "one" / run_cache.FILENAME).read_text().splitlines()) == 1 + 3
+  # Its own directory still holds only its own protocol's runs.
+  with pytest.raises(run_cache.OtherEvaluationError, match="new --output_dir"):
+    _evaluate_quadratics(str(tmp_path / "small"), theta_dir, num_tasks=3, num_inits=2)
 
 
 def test_the_final_comparison_of_a_run_starts_over_when_its_protocol_changed(tmp_path):
