@@ -10,7 +10,9 @@ the same inner runs (tasks of the family x inner initialisations, seeds as in pr
                  log space; the best configuration across the task distribution.
 
 The objective is L_train (the mean minibatch training loss over the run) or L_valid (the mean
-validation loss at evenly spaced steps of the run). Configurations are evaluated in parallel by
+validation loss at evenly spaced steps of the run), or "both": each run records both, so one set
+of runs serves the two searches, whose answers go to L_train/best.json and L_valid/best.json
+(each as a search of its own objective writes it). Configurations are evaluated in parallel by
 local processes; each finished one is appended to results.jsonl, so an interrupted search resumes
 where it stopped (a line cut short by a kill is dropped). best.json holds the answer.
 """
@@ -33,7 +35,8 @@ from task_specific_learned_opt.tasks import base as task_base
 RESULTS_FILENAME = "results.jsonl"
 BEST_FILENAME = "best.json"
 MODES = ("lr_grid", "random_search")
-OBJECTIVES = ("train", "valid")
+OBJECTIVES = ("train", "valid")  # A search's answers; its setup may also say "both".
+BOTH = "both"
 
 
 class SearchError(errors.UserError, ValueError):
@@ -68,7 +71,8 @@ def baseline_search(
 
   Args:
     family: the tasks (the outer-train distribution, like the learned optimizer's).
-    objective: "train" (L_train) or "valid" (L_valid).
+    objective: "train" (L_train), "valid" (L_valid) or "both" (each run records both; two
+      answers).
     num_tasks: tasks; with num_inits, the runs a configuration is averaged over (paper: 80).
     num_inits: inner initialisations per task.
     num_steps: inner steps per run.
@@ -76,8 +80,8 @@ def baseline_search(
     num_eval_batches: batches per validation measurement.
     seed: seeds the tasks, the inits, the data and the random search.
   """
-  if objective not in OBJECTIVES:
-    raise ValueError(f"Unknown objective {objective!r}; expected one of {OBJECTIVES}.")
+  if objective not in (*OBJECTIVES, BOTH):
+    raise ValueError(f"Unknown objective {objective!r}; expected one of {(*OBJECTIVES, BOTH)}.")
   return SearchSetup(
     family,
     objective,
@@ -119,11 +123,16 @@ def configurations(
 
 
 def evaluate_config(setup: SearchSetup, config: dict) -> dict:
-  """The configuration's objective on every run: [num_tasks, num_inits] (non-finite -> inf)."""
+  """The configuration's objective on every run: [num_tasks, num_inits] (non-finite -> inf).
+
+  With setup.objective "both", "objective" and "mean" are L_valid's and "train_objective" and
+  "train_mean" L_train's, from the same runs.
+  """
   c = candidates.from_config(config)
   objective = np.zeros([setup.num_tasks, setup.num_inits])
+  train_objective = np.zeros([setup.num_tasks, setup.num_inits])
   points = np.unique(np.linspace(0, setup.num_steps, setup.num_points + 1).astype(int))
-  splits = ("valid",) if setup.objective == "valid" else ()
+  splits = () if setup.objective == "train" else ("valid",)
   start = time.time()
   for t in range(setup.num_tasks):
     task = setup.family.sample(protocol_lib.task_seed(setup.seed, t))
@@ -140,12 +149,28 @@ def evaluate_config(setup: SearchSetup, config: dict) -> dict:
       )
       value = np.mean(run["valid_loss"][1:]) if splits else np.mean(run["losses"])
       objective[t, r] = value if np.isfinite(value) else np.inf
+      train_value = np.mean(run["losses"])
+      train_objective[t, r] = train_value if np.isfinite(train_value) else np.inf
+  both = (
+    {"train_objective": train_objective.tolist(), "train_mean": float(np.mean(train_objective))}
+    if setup.objective == BOTH
+    else {}
+  )
   return {
     **config,
     "objective": objective.tolist(),
     "mean": float(np.mean(objective)),
+    **both,
     "seconds": time.time() - start,
   }
+
+
+def on_objective(record: dict, objective: str) -> dict:
+  """A "both" search's record as a search of `objective` ("train" or "valid") would write it."""
+  if objective == "valid":
+    return {k: v for k, v in record.items() if not k.startswith("train_")}
+  rest = {k: v for k, v in record.items() if not k.startswith("train_")}
+  return {**rest, "objective": record["train_objective"], "mean": record["train_mean"]}
 
 
 def read_results(path: str, signature: dict) -> dict:
@@ -228,7 +253,8 @@ def tune_baselines(
   """Runs (or resumes) a search; writes results.jsonl and best.json in `output_dir`.
 
   Args:
-    output_dir: where results.jsonl and best.json go.
+    output_dir: where results.jsonl and best.json go (L_train/best.json and L_valid/best.json
+      for an objective of "both").
     mode: "lr_grid" or "random_search".
     kinds: which baselines ("adam", "rmsprop", "sgdm").
     num_configs: random-search configurations per kind (paper: > 2000 for Adam, 1000 others).
@@ -236,7 +262,8 @@ def tune_baselines(
     num_processes: local processes evaluating configurations in parallel (1: in this one).
 
   Returns:
-    best.json's content.
+    best.json's content; for an objective of "both", {"train": L_train/best.json's content,
+    "valid": L_valid/best.json's}.
   """
   if mode not in MODES:
     raise ValueError(f"Unknown mode {mode!r}; expected one of {MODES}.")
@@ -259,10 +286,24 @@ def tune_baselines(
   )
   _evaluate_all(setup, todo, num_processes, _Recorder(path, done, len(todo)))
   results = [done[c["id"]] for c in configs]
-  best = {"signature": signature, "best": summarize(mode, results, setup.num_tasks)}
-  files.write_json(os.path.join(output_dir, BEST_FILENAME), best, indent=1)
-  _print_best(best, mode, setup.objective)
-  return best
+  if setup.objective != BOTH:
+    best = {"signature": signature, "best": summarize(mode, results, setup.num_tasks)}
+    files.write_json(os.path.join(output_dir, BEST_FILENAME), best, indent=1)
+    _print_best(best, mode, setup.objective)
+    return best
+  answers = {}
+  for objective in OBJECTIVES:
+    mine = [on_objective(r, objective) for r in results]
+    answers[objective] = {
+      "signature": _signature(mode, setup._replace(objective=objective)),
+      "results": f"../{RESULTS_FILENAME}",  # The runs it was chosen from, shared by both.
+      "best": summarize(mode, mine, setup.num_tasks),
+    }
+    both_dir = os.path.join(output_dir, f"L_{objective}")
+    os.makedirs(both_dir, exist_ok=True)
+    files.write_json(os.path.join(both_dir, BEST_FILENAME), answers[objective], indent=1)
+    _print_best(answers[objective], mode, objective)
+  return answers
 
 
 def _signature(mode: str, setup: SearchSetup) -> dict:

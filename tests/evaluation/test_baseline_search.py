@@ -89,3 +89,27 @@ def test_processes_give_the_same_results_as_one(tmp_path):
     gin_config.parse([], bindings + [f"tune_baselines.num_processes = {processes}"])
     results.append(baseline_search.tune_baselines(str(tmp_path / str(processes))))
   assert results[0] == results[1]
+
+
+def test_one_search_of_both_objectives_gives_each_objectives_own_answer(tmp_path):
+  kwargs = dict(mode="random_search", kinds=("adam", "sgdm"), num_configs=4)
+  answers = {}
+  for objective in ("train", "valid", "both"):
+    gin.clear_config()
+    _setup(quadratic.QuadraticFamily(dim=4), num_tasks=2, num_steps=15, objective=objective)
+    answers[objective] = baseline_search.tune_baselines(str(tmp_path / objective), **kwargs)
+  lines = open(tmp_path / "both" / baseline_search.RESULTS_FILENAME).read().splitlines()
+  assert len(lines) == 1 + 8  # One set of runs: the signature and eight configurations.
+  for objective in ("train", "valid"):
+    alone, shared = answers[objective], answers["both"][objective]
+    assert shared["best"] == alone["best"]  # The same winner, objective and count.
+    assert shared["signature"] == alone["signature"]  # So bin/eval --searched reads it alike.
+    saved = json.load(open(tmp_path / "both" / f"L_{objective}" / baseline_search.BEST_FILENAME))
+    assert saved == shared
+  # The two objectives rank the configurations differently here, so a mix-up would show.
+  records = [json.loads(line) for line in lines[1:]]
+  assert [r["mean"] for r in records] != [r["train_mean"] for r in records]
+  with pytest.raises(ValueError, match="both"):
+    gin.clear_config()
+    _setup(quadratic.QuadraticFamily(dim=4), objective="test")
+    baseline_search.baseline_search()
