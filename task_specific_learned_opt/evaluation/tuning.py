@@ -9,8 +9,8 @@ worst). A grid baseline thus gives two baselines, "<kind> (lr tuned per task on 
 loss, the second for the test-loss panel and the comparisons on test loss.
 
 "adam_refined" (REFINED_KINDS) is a baseline a sceptic would tune: per task and objective, the
-grid's best learning rate, then a grid 4x finer over the decade around it, then beta1 and epsilon
-at that rate (`tune_refined_per_task`).
+grid's best learning rate, then a grid 4x finer over the decade around it, then beta1 at that
+rate, the finer rates again at that beta1, then epsilon (`tune_refined_per_task`).
 """
 
 from collections.abc import Callable, Sequence
@@ -29,7 +29,8 @@ TUNING_METRICS = {"train": "mean_loss", "valid": "mean_valid_loss"}
 # Kinds refined per task beyond the grid -> the BASELINES kind they run.
 REFINED_KINDS = {"adam_refined": "adam"}
 REFINE_POINTS = 9  # log-spaced over the decade around the grid's best: 4x the grid's density.
-BETA1S = (0.5, 0.8, 0.9, 0.95)  # 0.9: the grid's (Adam's default).
+BETA1S = (0.0, 0.25, 0.5, 0.8, 0.9, 0.95)  # 0.9: the grid's (Adam's default); 0: RMSProp's
+# step with Adam's bias correction.
 EPSILONS = (1e-8, 1e-6, 1e-4, 1e-2)  # 1e-8: the grid's (Adam's default).
 _DEFAULTS = {"beta1": 0.9, "epsilon": 1e-8}
 
@@ -126,14 +127,16 @@ def tune_refined_per_task(
   2. REFINE_POINTS learning rates log-spaced over the decade around it (best / sqrt(10) to
      best * sqrt(10), the grid's best and its two neighbours among them: 4x the grid's density);
   3. beta1 over BETA1S at that rate (epsilon 1e-8);
-  4. epsilon over EPSILONS at that rate and beta1.
+  4. the learning rates of stage 2 again, at that beta1 (a lower beta1 may want another rate);
+  5. epsilon over EPSILONS at that rate and beta1.
   The chosen configuration is thus never worse on the tuning split than the grid's best. Not a
-  joint search: beta1 and epsilon are tuned one at a time, after the rate.
+  joint search: the rate, beta1 and epsilon are tuned one at a time.
 
   Cost per task, in configurations (each run on the protocol's num_inits inits): the grid's 11
   (shared with the kind's plain grid), then per objective at most 7 learning rates (6 where the
-  grid's best has both neighbours), 3 beta1 and 3 epsilon values: at most 11 + 2 x 13 = 37, and
-  fewer where both objectives pick the same configurations. Every run is taken from `cache` if it
+  grid's best has both neighbours), 5 beta1 values, 8 rates at the new beta1 (none when beta1
+  stays 0.9) and 3 epsilon values: at most 11 + 2 x 23 = 57, and fewer where both objectives pick
+  the same configurations. Every run is taken from `cache` if it
   holds it (the grid's runs of an evaluation that also tunes plain Adam are not made again).
 
   Args:
@@ -176,6 +179,8 @@ def tune_refined_per_task(
       refined = [(float(x), *_DEFAULTS.values()) for x in refined_learning_rates(grid_best[0])]
       lr = best([grid_best, *refined])[0]
       beta1 = best([(lr, float(b), _DEFAULTS["epsilon"]) for b in BETA1S])[1]
+      again = [(float(x), beta1, _DEFAULTS["epsilon"]) for x in refined_learning_rates(lr)]
+      lr = best([(lr, beta1, _DEFAULTS["epsilon"]), *again])[0]
       chosen = best([(lr, beta1, float(e)) for e in EPSILONS])
       chosen_runs.append(known[chosen])
       rates.append(chosen[0])
