@@ -7,8 +7,8 @@ theta's first evaluation), pretrained/out_of_family/<problem>/summary.json and
 pretrained/app_e/<problem>/<thetas>/summary.json (App. E) and
 pretrained/l_valid_alternatives/horizon_1000/evaluation_at_1000_steps/summary.json (snapshots of
 a longer-horizon L_valid run at 1,000 inner steps) and pretrained/paper_family/evaluation/
-summary.json (Fig. 6 on the paper's own family, Sec. 4.2's CNN without batch norm; beside it
-evaluation_refined/, the same tasks with the refined Adam, "adam_refined"). From those
+summary.json (Fig. 6 on the paper's own family, Sec. 4.2's CNN without batch norm, with the
+refined Adam, "adam_refined", beside the paper's baselines). From those
 this writes
 
   pretrained/statistics.json   one record per comparison: the evaluation, theta, baseline and
@@ -68,7 +68,6 @@ EVALUATIONS = {
   **{f"{d}/{name}": f"{d}/{name}" for d, names in OUT_OF_FAMILY.items() for name in names},
   "l_valid_alternatives/horizon_1000": "l_valid_alternatives/horizon_1000/evaluation_at_1000_steps",
   "paper_family": "paper_family/evaluation",
-  "paper_family_refined": "paper_family/evaluation_refined",
 }
 # The evaluations whose histograms are shipped (Fig. 6c).
 WITH_HISTOGRAMS = ("fig6", "generated_bn_cnn_train", "paper_family")
