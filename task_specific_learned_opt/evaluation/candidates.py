@@ -10,13 +10,14 @@ hyper-parameters), so one compiled function serves every theta or every point of
   searched("runs/search/best.json")           the winners of a random search.
 """
 
+import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
-from task_specific_learned_opt import files, nests
+from task_specific_learned_opt import errors, files, nests
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.optimizers import adam, rmsprop, sgd
 from task_specific_learned_opt.optimizers import base as opt_base
@@ -79,12 +80,23 @@ def from_config(config: dict) -> Candidate:
   return baseline(config["id"], kind, **hparams)
 
 
+class SearchedNotFoundError(errors.UserError, FileNotFoundError):
+  """A --searched best.json that does not exist."""
+
+
 def searched(path: str) -> list[Candidate]:
   """The winners of a random search (bin/tune_baselines' best.json) as fixed candidates.
 
   Raises:
+    SearchedNotFoundError: `path` does not exist.
     ValueError: the file is not a random search's best.json.
   """
+  if not os.path.isfile(path):
+    raise SearchedNotFoundError(
+      f"{path} does not exist: --searched takes the best.json that bin/tune_baselines writes in "
+      "its --output_dir (in L_train/ and L_valid/ there for a search of both objectives); run "
+      "the search first, or give its path."
+    )
   best = files.read_json(path)
   if best["signature"]["mode"] != "random_search":
     raise ValueError(

@@ -30,7 +30,9 @@ SHIPPED_THETAS = {
 }
 # Each experiment (its path under gin/eval/) -> (the kinds it tunes per task, the thetas it
 # evaluates: None for a fresh export of its learned optimizer's init named "learned"[, the
-# objectives of the searches whose winners it takes]).
+# objectives of the searches whose winners it takes[, their best.json files with "{o}" for the
+# objective, and the kinds they searched]]).
+FIG6_SEARCHES = ("pretrained/fig6/adam_reg_decay_L_{o}/best.json", ("adam",))
 EXPERIMENTS = {
   "generated.gin": (("adam", "rmsprop", "sgdm"), None),
   "longer_unrolls.gin": (("adam", "rmsprop", "sgdm"), None),
@@ -47,8 +49,17 @@ EXPERIMENTS = {
     },
     ("train", "valid"),
   ),
+  "pretrained_app_f.gin": (
+    (),
+    {
+      "L_train": "pretrained/generated_bn_cnn_train/theta",
+      "L_valid": "pretrained/generated_bn_cnn_valid/theta",
+    },
+    ("train", "valid"),
+    ("pretrained/app_f/L_{o}/best.json", ("rmsprop", "sgdm")),
+  ),
   "paper_family.gin": (
-    ("adam", "rmsprop", "sgdm"),
+    ("adam", "rmsprop", "sgdm", "adam_refined"),
     {
       "L_train": "pretrained/generated_cnn_train/theta",
       "L_valid": "pretrained/generated_cnn_valid/theta",
@@ -162,9 +173,9 @@ def test_the_models_checked_are_experiments():
 def test_eval_experiment_runs_end_to_end(name, tmp_path, no_network, trained):
   kinds, thetas, *rest = EXPERIMENTS[name]
   objectives = rest[0] if rest else ()
-  searched = [  # The shipped searches' winners (gin/eval/pretrained_fig6.gin).
-    os.path.join(testing_utils.REPO, f"pretrained/fig6/adam_reg_decay_L_{o}/best.json")
-    for o in objectives
+  search, searched_kinds = rest[1] if len(rest) > 1 else FIG6_SEARCHES
+  searched = [  # The shipped searches' winners (gin/eval/pretrained_fig6.gin's, or its own).
+    os.path.join(testing_utils.REPO, search.format(o=o)) for o in objectives
   ]
   output_dir = str(tmp_path / "eval")
   with tfds.testing.mock_data(num_examples=MOCK_MNIST_EXAMPLES):
@@ -179,7 +190,7 @@ def test_eval_experiment_runs_end_to_end(name, tmp_path, no_network, trained):
   baselines = [
     tuning.tuned_name(k, objective) for k in kinds for objective in tuning.TUNING_METRICS
   ]
-  baselines += [f"adam+reg+decay (L_{o})" for o in objectives]
+  baselines += [f"{k}+reg+decay (L_{o})" for o in objectives for k in searched_kinds]
   assert sorted(saved["results"]) == sorted([*thetas, *baselines])
   for candidate, results in saved["results"].items():
     for key in ("train_loss", "valid_loss", "test_loss"):

@@ -453,3 +453,10 @@ def test_the_final_comparison_of_a_run_starts_over_when_its_protocol_changed(tmp
   header = json.loads((tmp_path / "eval" / run_cache.FILENAME).read_text().splitlines()[0])
   assert header["protocol"]["seed"] == 5
   assert np.all(np.isfinite(again["results"]["learned"]["mean_loss"]))
+
+
+def test_a_missing_searched_file_is_named_with_the_fix_before_any_run(tmp_path):
+  missing = str(tmp_path / "search" / "best.json")
+  with pytest.raises(candidates.SearchedNotFoundError, match="bin/tune_baselines writes"):
+    _evaluate_quadratics(str(tmp_path / "eval"), None, searched=[missing])
+  assert not (tmp_path / "eval" / run_cache.FILENAME).exists()
