@@ -505,3 +505,29 @@ def test_fig5_for_l_valid_on_the_papers_family_is_its_seed_study(table):
   assert passed == 0  # "No seed" and the README's "0 of 3" say so.
   row = table["Fig. 6 on Sec. 4.2's CNN"]
   assert f"{passed} of {len(study['seeds'])} L_valid seeds leave it in 160 outer steps" in row
+
+
+def test_app_f_searches_in_the_docs_are_their_shipped_results():
+  path = os.path.join(testing_utils.REPO, "pretrained", "app_f")
+  with open(os.path.join(path, "results.jsonl")) as f:
+    records = [json.loads(line) for line in f if line.strip()][1:]
+  with open(os.path.join(testing_utils.REPO, "docs", "pretrained.md")) as f:
+    text = f.read().split("### App. F", 1)[1]
+  for kind in ("rmsprop", "sgdm"):
+    mine = [r for r in records if r["kind"] == kind]
+    assert len(mine) == 50
+    best = {}
+    for objective, key in (("train", "train_mean"), ("valid", "mean")):
+      winner = min(mine, key=lambda r: r[key])
+      with open(os.path.join(path, f"L_{objective}", "best.json")) as f:
+        assert json.load(f)["best"][kind]["id"] == winner["id"]
+      below = sum(r[key] < 0.9 for r in mine)
+      best[objective] = (winner["id"], f"{winner[key]:.3f}", below)
+    assert best["train"][0] == best["valid"][0]  # "The same configuration wins both objectives"
+    (row,) = [line for line in text.splitlines() if f"`{best['train'][0]}`" in line]
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[3:6] == [
+      best["train"][1],
+      best["valid"][1],
+      f"{best['train'][2]} / {best['valid'][2]} of 50",
+    ]

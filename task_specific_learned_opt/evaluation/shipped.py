@@ -2,7 +2,8 @@
 
 The evaluations shipped in pretrained/ keep, for each comparison, the per-task differences
 (baseline minus learned, inits averaged): pretrained/fig6/evaluation/summary.json (every Fig. 6
-baseline, both thetas), pretrained/generated_bn_cnn_train/evaluation/evaluation.json (the L_train
+baseline, both thetas), pretrained/app_f/evaluation/summary.json (App. F's searched RMSProp and
+SGD+momentum on the same tasks), pretrained/generated_bn_cnn_train/evaluation/evaluation.json (the L_train
 theta's first evaluation), pretrained/out_of_family/<problem>/summary.json and
 pretrained/app_e/<problem>/<thetas>/summary.json (App. E) and
 pretrained/l_valid_alternatives/horizon_1000/evaluation_at_1000_steps/summary.json (snapshots of
@@ -64,13 +65,14 @@ OUT_OF_FAMILY = {
 # {name: directory under pretrained/}, in the order they are written.
 EVALUATIONS = {
   "fig6": "fig6/evaluation",
+  "app_f": "app_f/evaluation",
   "generated_bn_cnn_train": "generated_bn_cnn_train/evaluation",
   **{f"{d}/{name}": f"{d}/{name}" for d, names in OUT_OF_FAMILY.items() for name in names},
   "l_valid_alternatives/horizon_1000": "l_valid_alternatives/horizon_1000/evaluation_at_1000_steps",
   "paper_family": "paper_family/evaluation",
 }
 # The evaluations whose histograms are shipped (Fig. 6c).
-WITH_HISTOGRAMS = ("fig6", "generated_bn_cnn_train", "paper_family")
+WITH_HISTOGRAMS = ("fig6", "app_f", "generated_bn_cnn_train", "paper_family")
 
 
 def records(pretrained: str = PRETRAINED) -> list[dict]:
