@@ -3,8 +3,8 @@
 The evaluations shipped in pretrained/ keep, for each comparison, the per-task differences
 (baseline minus learned, inits averaged): pretrained/fig6/evaluation/summary.json (every Fig. 6
 baseline, both thetas), pretrained/app_f/evaluation/summary.json (App. F's searched RMSProp and
-SGD+momentum on the same tasks), pretrained/generated_bn_cnn_train/evaluation/evaluation.json (the L_train
-theta's first evaluation), pretrained/out_of_family/<problem>/summary.json and
+SGD+momentum on the same tasks), pretrained/generated_bn_cnn_train/evaluation/evaluation.json
+(the L_train theta's first evaluation), pretrained/out_of_family/<problem>/summary.json and
 pretrained/app_e/<problem>/<thetas>/summary.json (App. E) and
 pretrained/l_valid_alternatives/horizon_1000/evaluation_at_1000_steps/summary.json (snapshots of
 a longer-horizon L_valid run at 1,000 inner steps) and pretrained/paper_family/evaluation/
