@@ -147,9 +147,9 @@ def evaluate_config(setup: SearchSetup, config: dict) -> dict:
         setup.num_eval_batches,
         splits,
       )
-      value = np.mean(run["valid_loss"][1:]) if splits else np.mean(run["losses"])
-      objective[t, r] = value if np.isfinite(value) else np.inf
       train_value = np.mean(run["losses"])
+      value = np.mean(run["valid_loss"][1:]) if splits else train_value
+      objective[t, r] = value if np.isfinite(value) else np.inf
       train_objective[t, r] = train_value if np.isfinite(train_value) else np.inf
   both = (
     {"train_objective": train_objective.tolist(), "train_mean": float(np.mean(train_objective))}
@@ -167,9 +167,9 @@ def evaluate_config(setup: SearchSetup, config: dict) -> dict:
 
 def on_objective(record: dict, objective: str) -> dict:
   """A "both" search's record as a search of `objective` ("train" or "valid") would write it."""
-  if objective == "valid":
-    return {k: v for k, v in record.items() if not k.startswith("train_")}
   rest = {k: v for k, v in record.items() if not k.startswith("train_")}
+  if objective == "valid":
+    return rest
   return {**rest, "objective": record["train_objective"], "mean": record["train_mean"]}
 
 

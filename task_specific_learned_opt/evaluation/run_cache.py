@@ -67,8 +67,9 @@ def describe(protocol: protocol_lib.HeldOutProtocol, first_task: task_base.Task)
 
 def same_runs(header: dict, other: dict) -> bool:
   """Whether two evaluations' runs are the same runs: their protocols differ at most in SIZE."""
-  drop = lambda d: {k: v for k, v in d.items() if k not in SIZE}  # noqa: E731
-  return drop(header) == drop(other)
+  return {k: v for k, v in header.items() if k not in SIZE} == {
+    k: v for k, v in other.items() if k not in SIZE
+  }
 
 
 class RunCache:

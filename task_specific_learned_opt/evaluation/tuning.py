@@ -136,8 +136,8 @@ def tune_refined_per_task(
   (shared with the kind's plain grid), then per objective at most 7 learning rates (6 where the
   grid's best has both neighbours), 5 beta1 values, 8 rates at the new beta1 (none when beta1
   stays 0.9) and 3 epsilon values: at most 11 + 2 x 23 = 57, and fewer where both objectives pick
-  the same configurations. Every run is taken from `cache` if it
-  holds it (the grid's runs of an evaluation that also tunes plain Adam are not made again).
+  the same configurations. Every run is taken from `cache` if it holds it (the grid's runs of an
+  evaluation that also tunes plain Adam are not made again).
 
   Args:
     protocol: the runs.
