@@ -94,17 +94,19 @@ def loss_summary(steps: Sequence[int], run: Mapping, horizon: int) -> dict[str, 
 
   Args:
     steps: the recorded steps (the last is the run's length).
-    run: a run's record: "train_loss", "test_loss" [len(steps)], "minibatch_loss"
-      [len(steps) - 1] (the mean between consecutive records).
+    run: a run's record: "train_loss", "test_loss" and optionally "valid_loss" [len(steps)],
+      "minibatch_loss" [len(steps) - 1] (the mean between consecutive records).
     horizon: the length of the final window (the records at steps > last - horizon).
 
   Returns:
     {"train_loss", "test_loss": at the last step; "train_loss_end", "test_loss_end",
-    "minibatch_loss_end": their means over the final window; "mean_minibatch_loss": over the run}.
+    "minibatch_loss_end": their means over the final window; "mean_minibatch_loss": over the run;
+    with a "valid_loss" record, "valid_loss", "valid_loss_end" alike and "mean_valid_loss", its
+    mean over every record but step 0}.
   """
   steps = np.asarray(steps)
   end = steps > steps[-1] - horizon
-  return {
+  summary = {
     "train_loss": float(run["train_loss"][-1]),
     "test_loss": float(run["test_loss"][-1]),
     "train_loss_end": float(np.mean(np.asarray(run["train_loss"])[end])),
@@ -112,3 +114,11 @@ def loss_summary(steps: Sequence[int], run: Mapping, horizon: int) -> dict[str, 
     "minibatch_loss_end": float(np.mean(np.asarray(run["minibatch_loss"])[end[1:]])),
     "mean_minibatch_loss": float(np.mean(run["minibatch_loss"])),
   }
+  if "valid_loss" in run:
+    valid = np.asarray(run["valid_loss"])
+    summary.update(
+      valid_loss=float(valid[-1]),
+      valid_loss_end=float(np.mean(valid[end])),
+      mean_valid_loss=float(np.mean(valid[1:])),
+    )
+  return summary

@@ -9,15 +9,17 @@ input that leaves the range it saw in outer-training:
     held-out tasks from the same initialisation on the same batches as bin/eval's protocol
     (`protocol.task_seed`, `protocol.run_seed`, whose streams `random_seeds.run_seeds` names:
     params, data and the measured batches);
-  - every `record_every` steps: the training and test loss (each the mean over `num_eval_batches`
-    fixed batches, as bin/eval measures them), the mean minibatch training loss since the last
-    record, and per kind of tensor (`lopt_probe.kind_of`) the parameter norm and the relative
-    step |w_t - w_t+1| / |w_t| of the update the optimizer takes next (one real update, on the
-    batch of step t);
+  - every `record_every` steps: the training, validation and test loss (each the mean over
+    `num_eval_batches` fixed batches, as bin/eval measures them), the mean minibatch training
+    loss since the last record, and per kind of tensor (`lopt_probe.kind_of`) the parameter
+    norm and the relative step |w_t - w_t+1| / |w_t| of the update the optimizer takes next (one
+    real update, on the batch of step t);
   - for the learned optimizers, `lopt_probe.probe` of that same update: the time features, the
     raw and normalised feature columns, the MLP's outputs and the steps, per kind of tensor;
-  - Adam's learning rate per task: the grid value with the lowest mean minibatch training loss
-    over the whole run ("adam (tuned)"), beside each grid value's own runs.
+  - Adam's learning rate per task, chosen twice as Fig. 6 chooses it (evaluation/tuning.py): the
+    grid value with the lowest mean minibatch training loss over the whole run ("adam (tuned)",
+    beside the training losses) and the one with the lowest mean validation loss
+    ("adam (tuned on valid)", beside the test losses), beside each grid value's own runs.
 Then, per task (horizon_statistics.py): each run's losses at the last step and over the last
 `horizon` steps ("summary"); every recorded statistic averaged before the horizon, over the two
 horizons after it and over the last two ("windows"); and, per learned optimizer, time feature and
@@ -35,7 +37,7 @@ import tensorflow as tf
 from matplotlib import figure
 
 from task_specific_learned_opt import checkpoints, inner_training, nests, random_seeds
-from task_specific_learned_opt.evaluation import protocol
+from task_specific_learned_opt.evaluation import protocol, tuning
 from task_specific_learned_opt.figures import (
   horizon_statistics,
   longer_unrolls_plot,
@@ -46,9 +48,10 @@ from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.optimizers import adam
 from task_specific_learned_opt.tasks import base as task_base
 
-# bin/eval's grid (gin/eval/pretrained.gin: 11 values from 1e-4 to 10) around its winner 0.01.
-ADAM_LEARNING_RATES = (1e-3, 10**-2.5, 1e-2, 10**-1.5)
-TUNED_ADAM = "adam (tuned)"
+ADAM_LEARNING_RATES = tuning.LEARNING_RATES  # Fig. 6's grid (11 values from 1e-4 to 10).
+SPLITS = ("train", "valid", "test")  # The splits every record measures.
+TUNED_ADAM = "adam (tuned)"  # On the mean minibatch training loss: beside training losses.
+TUNED_ADAM_VALID = "adam (tuned on valid)"  # On the mean validation loss: beside test losses.
 SIGNIFICANT_DIGITS = 4  # Of every recorded value in the JSON: ample beside the runs' own noise.
 
 
@@ -120,7 +123,7 @@ class CompiledRun:
       task, opt = task_opt(data, values)
       params = opt.get_params(state)
       record = {}
-      for split in ("train", "test"):  # Measured on the batches evaluation/running.py uses.
+      for split in SPLITS:  # Measured on the batches evaluation/running.py uses.
         seed = random_seeds.measured_split_seed(eval_seed, split)
         losses = [
           task.loss(params, task.batch(split, random_seeds.fold_in(seed, b)))
@@ -220,6 +223,7 @@ class LongerUnrolls(runner.Experiment):
     seed: int = 1,
     num_eval_batches: int = 5,
     adam_learning_rates: Sequence[float] = ADAM_LEARNING_RATES,
+    theta_dirs: Mapping[str, str] | None = None,
   ):
     """Configures the experiment.
 
@@ -235,6 +239,8 @@ class LongerUnrolls(runner.Experiment):
       seed: bin/eval's `evaluate.seed` (tasks, initialisations and data).
       num_eval_batches: fixed batches averaged by each measured loss.
       adam_learning_rates: Adam's grid; empty for no Adam.
+      theta_dirs: {lopts name: theta export} for variants that read another theta than
+        `theta_dir` (two thetas on the same tasks share Adam's runs).
     """
     self.family = family
     self.lopts = dict(lopts)
@@ -248,12 +254,19 @@ class LongerUnrolls(runner.Experiment):
     self.seed = int(seed)
     self.num_eval_batches = int(num_eval_batches)
     self.adam_learning_rates = [float(x) for x in adam_learning_rates]
+    self.theta_dirs = {name: (theta_dirs or {}).get(name, theta_dir) for name in self.lopts}
+    unknown = set(theta_dirs or {}) - set(self.lopts)
+    if unknown:
+      raise ValueError(
+        f"LongerUnrolls.theta_dirs names {sorted(unknown)}, which are not in LongerUnrolls.lopts "
+        f"({sorted(self.lopts)}); name a variant of lopts."
+      )
 
   def _optimizers(self, template: task_base.Task) -> dict[str, tuple[CompiledRun, Any]]:
     """{name: (compiled run, values)} of every learned variant and every Adam learning rate."""
     runs = {}
     for name, lopt in self.lopts.items():
-      theta = checkpoints.load_theta(self.theta_dir, lopt)
+      theta = checkpoints.load_theta(self.theta_dirs[name], lopt)
       runs[name] = (CompiledRun(template, lopt.opt_fn, self.num_eval_batches, lopt), theta)
     make_adam = CompiledRun(template, lambda lr: adam.Adam(learning_rate=lr), self.num_eval_batches)
     for lr in self.adam_learning_rates:
@@ -270,11 +283,14 @@ class LongerUnrolls(runner.Experiment):
       The settings; "record_steps"; "time_scales"; "columns" (the probe's column names);
       "windows" (horizon_statistics.windows); "time_ranges" ({learned name: [training_range per
       time feature]}); "tasks": one dict per task: "name"; "runs" ({optimizer:
-      `CompiledRun.run`'s record}); "adam_learning_rate" (the tuned one) and "adam_run" (its
-      run's name); "summary" ({optimizer,
-      and TUNED_ADAM: loss_summary}); "windows" ({optimizer: {"kinds"[, "probe"]: {kind:
-      {statistic: {window: mean}}}}}); "ranges" ({learned name: {kind: {column:
-      training_range of its normalised RMS}}}).
+      `CompiledRun.run`'s record}); "adam_learning_rate" (the one tuned on training loss) and
+      "adam_run" (its run's name), "adam_learning_rate_valid" and "adam_run_valid" (tuned on
+      validation loss); "summary" ({optimizer, TUNED_ADAM and TUNED_ADAM_VALID:
+      loss_summary}); "windows" ({optimizer: {"kinds"[, "probe"]: {kind: {statistic: {window:
+      mean}}}}}); "ranges" ({learned name: {kind: {column:
+      training_range of its normalised RMS}}}); "mean_summary" ({optimizer: {statistic: mean
+      over the tasks}}); "lopt_best_on_valid" (the learned variant with the lowest mean
+      validation loss over the tasks, e.g. a weight decay's strength chosen on outer-train tasks).
     """
     template = self.family.sample(protocol.task_seed(self.seed, 0))
     optimizers = self._optimizers(template)
@@ -293,6 +309,7 @@ class LongerUnrolls(runner.Experiment):
     return {
       "family": self.family.name,
       "theta_dir": self.theta_dir,
+      "theta_dirs": self.theta_dirs,
       "lopts": {name: _lopt_settings(lopt) for name, lopt in self.lopts.items()},
       "horizon": self.horizon,
       "num_steps": self.num_steps,
@@ -309,6 +326,10 @@ class LongerUnrolls(runner.Experiment):
         for name, lopt in self.lopts.items()
       },
       "tasks": tasks,
+      "mean_summary": _mean_summary(tasks),
+      "lopt_best_on_valid": min(
+        self.lopts, key=lambda name: _finite_or_inf(_mean_summary(tasks)[name]["mean_valid_loss"])
+      ),
     }
 
   def _task_result(self, task: task_base.Task, runs: dict, columns: list[str]) -> dict:
@@ -320,10 +341,14 @@ class LongerUnrolls(runner.Experiment):
     }
     if self.adam_learning_rates:
       names = [adam_name(lr) for lr in self.adam_learning_rates]
-      best = min(names, key=lambda name: summary[name]["mean_minibatch_loss"])
-      result["adam_learning_rate"] = self.adam_learning_rates[names.index(best)]
-      result["adam_run"] = best
-      summary[TUNED_ADAM] = summary[best]
+      for tuned, metric, suffix in (
+        (TUNED_ADAM, "mean_minibatch_loss", ""),
+        (TUNED_ADAM_VALID, "mean_valid_loss", "_valid"),
+      ):
+        best = min(names, key=lambda name: _finite_or_inf(summary[name][metric]))
+        result[f"adam_learning_rate{suffix}"] = self.adam_learning_rates[names.index(best)]
+        result[f"adam_run{suffix}"] = best
+        summary[tuned] = summary[best]
     result["summary"] = summary
     result["windows"] = {name: _windows(steps, run, spans) for name, run in runs.items()}
     result["ranges"] = {
@@ -338,6 +363,20 @@ class LongerUnrolls(runner.Experiment):
       result: what `compute` returned (or its JSON, read back).
     """
     return longer_unrolls_plot.plot(result)
+
+
+def _mean_summary(tasks: list[dict]) -> dict:
+  """{optimizer: {statistic: its mean over the tasks}} of the tasks' loss summaries."""
+  names = tasks[0]["summary"]
+  return {
+    name: {k: float(np.mean([t["summary"][name][k] for t in tasks])) for k in names[name]}
+    for name in names
+  }
+
+
+def _finite_or_inf(x: float) -> float:
+  """A diverged run's loss (NaN) ranks last."""
+  return x if np.isfinite(x) else float("inf")
 
 
 def _lopt_settings(lopt: mlp_lopt.MLPLOpt) -> dict:

@@ -1,8 +1,9 @@
 """The plots of the longer-unroll figure (App. H, longer_unrolls.py), drawn from its result alone.
 
 Every panel has the inner step on its x-axis and a dotted line at the training horizon. Lines:
-one colour per optimizer (the learned variants, Adam with its tuned learning rate in black and
-bin/eval's 0.01 in grey when the tuning chose another); the losses of every task (one line style
+one colour per optimizer (the learned variants; Adam with its learning rate tuned on training loss
+in black, on validation loss in dark grey when that chose another, and bin/eval's 0.01 in light
+grey when neither chose it); the losses of every task (one line style
 per task), the other panels of task 0 only (the tasks look alike; fewer lines stay readable).
 The per-step statistics (all but the losses and the norms) are running means over 5 records.
   Row 1, the losses and the inputs: (a) training and (b) test loss; (c) the time features of the
@@ -49,7 +50,14 @@ def _curves(task: dict, lopt_names: list[str]) -> dict[str, dict]:
   runs = {name: task["runs"][name] for name in lopt_names}
   if "adam_run" in task:
     runs["adam (tuned)"] = task["runs"][task["adam_run"]]
-    if REFERENCE_ADAM in task["runs"] and task["adam_run"] != REFERENCE_ADAM:
+    if task.get("adam_run_valid", task["adam_run"]) != task["adam_run"]:
+      runs[f"adam (tuned on valid: {task['adam_run_valid']})"] = task["runs"][
+        task["adam_run_valid"]
+      ]
+    if REFERENCE_ADAM in task["runs"] and REFERENCE_ADAM not in (
+      task["adam_run"],
+      task.get("adam_run_valid"),
+    ):
       runs[REFERENCE_ADAM] = task["runs"][REFERENCE_ADAM]
   return runs
 
@@ -57,7 +65,9 @@ def _curves(task: dict, lopt_names: list[str]) -> dict[str, dict]:
 def _colour(label: str, lopt_names: list[str]) -> str:
   if label in lopt_names:
     return f"C{lopt_names.index(label)}"
-  return "black" if label == "adam (tuned)" else "grey"
+  if label == "adam (tuned)":
+    return "black"
+  return "dimgrey" if label.startswith("adam (tuned on valid") else "silver"
 
 
 def _per_optimizer(

@@ -66,3 +66,10 @@ def test_loss_summary_worked_numbers():
     "minibatch_loss_end": 0.55,
     "mean_minibatch_loss": 0.8666666666666667,
   }
+  # A validation record adds its last value, its final window and its mean past step 0, which is
+  # what Adam's validation-tuned learning rate is chosen on (as evaluation/tuning.py chooses it).
+  run["valid_loss"] = [2.0, 1.1, 0.7, 0.9]
+  summary = horizon_statistics.loss_summary(steps, run, 100)
+  assert summary["valid_loss"] == 0.9
+  np.testing.assert_allclose(summary["valid_loss_end"], 0.8)
+  np.testing.assert_allclose(summary["mean_valid_loss"], 0.9)

@@ -103,9 +103,15 @@ def test_losses_norms_and_steps_at_step_2_match_a_direct_run(result, family, the
   opt = lopt.opt_fn(checkpoints.load_theta(theta_dir, lopt))
   state, seed = _direct_state(task, opt, EVERY)
   params = opt.get_params(state)
-  test_seed = random_seeds.fold_in(random_seeds.fold_in(seed, 2), 1)
-  test_loss = np.mean(
-    [task.loss(params, task.batch("test", random_seeds.fold_in(test_seed, b))) for b in range(2)]
+  eval_seed = random_seeds.fold_in(seed, 2)
+  test_loss, valid_loss = (
+    np.mean(
+      [task.loss(params, task.batch(split, random_seeds.fold_in(split_seed, b))) for b in range(2)]
+    )
+    for split, split_seed in (
+      ("test", random_seeds.fold_in(eval_seed, 1)),
+      ("valid", random_seeds.fold_in(eval_seed, 2)),
+    )
   )
   batch = task.batch("train", random_seeds.fold_in(random_seeds.fold_in(seed, 1), EVERY))
   _, grads = inner_training.loss_and_grads(task, params, batch)
@@ -114,6 +120,8 @@ def test_losses_norms_and_steps_at_step_2_match_a_direct_run(result, family, the
   w_new = tf.concat([tf.reshape(new_params[f"conv{i}"]["w"], [-1]) for i in range(2)], 0)
   run = result["tasks"][0]["runs"]["paper"]
   np.testing.assert_allclose(run["test_loss"][1], test_loss, rtol=RTOL)
+  np.testing.assert_allclose(run["valid_loss"][1], valid_loss, rtol=RTOL)
+  assert abs(valid_loss - test_loss) > 1e-4  # Another split's batches, not the test batches again.
   np.testing.assert_allclose(run["kinds"]["conv/w"]["param_norm"][1], tf.norm(w), rtol=RTOL)
   relative = float(tf.norm(w - w_new) / tf.norm(w))
   np.testing.assert_allclose(run["kinds"]["conv/w"]["relative_step"][1], relative, rtol=RTOL)
@@ -145,6 +153,14 @@ def test_adam_runs_and_the_tuned_learning_rate(result, family):
   )
   tuned = longer_unrolls.adam_name(task_result["adam_learning_rate"])
   assert summary[longer_unrolls.TUNED_ADAM] == summary[tuned]
+  # Beside the test losses, Adam tuned as Fig. 6 tunes it: on the mean validation loss.
+  valid = {name: np.mean(task_result["runs"][name]["valid_loss"][1:]) for name in means}
+  assert task_result["adam_learning_rate_valid"] == (
+    0.01 if valid["adam 0.01"] <= valid["adam 0.1"] else 0.1
+  )
+  np.testing.assert_allclose(
+    summary[longer_unrolls.TUNED_ADAM_VALID]["mean_valid_loss"], min(valid.values()), rtol=1e-6
+  )
   np.testing.assert_allclose(summary["adam 0.1"]["test_loss"], run["test_loss"][-1])
 
 
@@ -191,10 +207,56 @@ def test_bin_figure_runs_the_gin_file_at_a_tiny_size(tmp_path):
   assert written["num_steps"] == 2
   assert written["lopts"]["both"] == {
     "time_max_step": 499,
-    "weight_decay": 1e-3,
+    "weight_decay": 3e-3,  # Chosen on outer-train tasks (apph_weight_decay_choice.gin).
     "weight_decay_start": 500,
     "normalizer_epsilon": 1e-5,
     "step_scale_lin": 1e-3,
     "step_scale_exp": 1e-3,
   }
   assert os.path.exists(tmp_path / "apph_longer_unrolls.png")
+
+
+TINY = [
+  "LongerUnrolls.num_steps = 2",
+  "LongerUnrolls.record_every = 1",
+  "LongerUnrolls.horizon = 1",
+  "LongerUnrolls.num_tasks = 1",
+  "paper_cnn.channels = 4",
+  "GeneratedClassSource.train_images_per_class = 20",
+  "GeneratedClassSource.test_images_per_class = 4",
+]
+
+
+def test_the_weight_decay_choice_runs_on_outer_train_tasks_and_names_its_choice(tmp_path):
+  written = testing_utils.run_figure(tmp_path, "apph_weight_decay_choice", TINY)
+  assert written["family"].startswith("generated_outer_train")
+  assert written["adam_learning_rates"] == []
+  decays = sorted(v["weight_decay"] for v in written["lopts"].values())
+  assert decays == [0.0, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2]
+  means = {name: s["mean_valid_loss"] for name, s in written["mean_summary"].items()}
+  assert written["lopt_best_on_valid"] == min(means, key=means.get)
+
+
+def test_seed_3_runs_both_thetas_beside_one_adam_grid(tmp_path):
+  bindings = TINY + ["LongerUnrolls.adam_learning_rates = (0.01,)"]
+  written = testing_utils.run_figure(tmp_path, "apph_longer_unrolls_seed3", bindings)
+  assert written["seed"] == 3
+  assert written["family"].startswith("generated_outer_test")
+  for name, directory in written["theta_dirs"].items():
+    theta = "valid" if name.startswith("L_valid") else "train"
+    assert directory == f"pretrained/generated_bn_cnn_{theta}/theta", name
+  runs = written["tasks"][0]["runs"]
+  # The two thetas' shipped updates differ from the first step on; their variants share the
+  # first steps (the options act past the horizon).
+  assert runs["L_train, shipped"]["train_loss"][1] != runs["L_valid, shipped"]["train_loss"][1]
+  assert set(runs) == set(written["lopts"]) | {"adam 0.01"}
+
+
+def test_a_theta_dir_for_no_variant_is_refused_with_the_variants_named(family, theta_dir):
+  with pytest.raises(ValueError, match=r"theta_dirs names \['typo'\].*name a variant of lopts"):
+    longer_unrolls.LongerUnrolls(
+      family=family,
+      lopts={"paper": mlp_lopt.MLPLOpt()},
+      theta_dir=theta_dir,
+      theta_dirs={"typo": theta_dir},
+    )
