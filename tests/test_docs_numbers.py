@@ -531,3 +531,27 @@ def test_app_f_searches_in_the_docs_are_their_shipped_results():
       best["valid"][1],
       f"{best['train'][2]} / {best['valid'][2]} of 50",
     ]
+
+
+def test_the_papers_family_search_at_1000_in_the_docs_is_its_shipped_results():
+  path = os.path.join(testing_utils.REPO, "pretrained", "paper_family", "adam_reg_decay")
+  with open(os.path.join(path, "results.jsonl")) as f:
+    records = [json.loads(line) for line in f if line.strip()][1:]
+  assert len(records) == 1000 and {r["kind"] for r in records} == {"adam"}
+  winners = {}
+  for objective, key in (("train", "train_mean"), ("valid", "mean")):
+    finite = [r for r in records if np.isfinite(r[key])]
+    winner = min(finite, key=lambda r: r[key])
+    with open(os.path.join(path, f"L_{objective}", "best.json")) as f:
+      assert json.load(f)["best"]["adam"]["id"] == winner["id"]
+    winners[objective] = (winner["id"], f"{winner[key]:.3f}", sum(r[key] < 2.0 for r in finite))
+  assert winners["train"][0] == winners["valid"][0]  # "The same configuration wins both"
+  with open(os.path.join(testing_utils.REPO, "docs", "paper_family.md")) as f:
+    text = f.read().split("### Against Adam+Reg+Decay searched at 1,000", 1)[1]
+  (row,) = [line for line in text.splitlines() if f"`{winners['train'][0]}`" in line]
+  cells = [c.strip() for c in row.split("|")]
+  assert cells[3:6] == [
+    winners["train"][1],
+    winners["valid"][1],
+    f"{winners['train'][2]} / {winners['valid'][2]} of 1000",
+  ]

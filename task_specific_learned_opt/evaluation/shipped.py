@@ -70,9 +70,16 @@ EVALUATIONS = {
   **{f"{d}/{name}": f"{d}/{name}" for d, names in OUT_OF_FAMILY.items() for name in names},
   "l_valid_alternatives/horizon_1000": "l_valid_alternatives/horizon_1000/evaluation_at_1000_steps",
   "paper_family": "paper_family/evaluation",
+  "paper_family_adam_reg_decay": "paper_family/adam_reg_decay/evaluation",
 }
 # The evaluations whose histograms are shipped (Fig. 6c).
-WITH_HISTOGRAMS = ("fig6", "app_f", "generated_bn_cnn_train", "paper_family")
+WITH_HISTOGRAMS = (
+  "fig6",
+  "app_f",
+  "generated_bn_cnn_train",
+  "paper_family",
+  "paper_family_adam_reg_decay",
+)
 
 
 def records(pretrained: str = PRETRAINED) -> list[dict]:

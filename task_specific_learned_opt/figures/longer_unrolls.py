@@ -306,6 +306,7 @@ class LongerUnrolls(runner.Experiment):
       }
       tasks.append(self._task_result(task, runs, columns))
       panels.done(f"task {t}", _summary(tasks[-1]))
+    means = _mean_summary(tasks)
     return {
       "family": self.family.name,
       "theta_dir": self.theta_dir,
@@ -326,9 +327,9 @@ class LongerUnrolls(runner.Experiment):
         for name, lopt in self.lopts.items()
       },
       "tasks": tasks,
-      "mean_summary": _mean_summary(tasks),
+      "mean_summary": means,
       "lopt_best_on_valid": min(
-        self.lopts, key=lambda name: _finite_or_inf(_mean_summary(tasks)[name]["mean_valid_loss"])
+        self.lopts, key=lambda name: _finite_or_inf(means[name]["mean_valid_loss"])
       ),
     }
 
