@@ -507,26 +507,46 @@ def test_fig5_for_l_valid_on_the_papers_family_is_its_seed_study(table):
   assert f"{passed} of {len(study['seeds'])} L_valid seeds leave it in 160 outer steps" in row
 
 
+def _search_winners(path, records, threshold):
+  """{objective: (the winner's id, its objective as the docs print it, configurations below
+  `threshold`)} of one rule's search records, each winner checked against its best.json."""
+  kind = records[0]["kind"]
+  winners = {}
+  for objective, key in (("train", "train_mean"), ("valid", "mean")):
+    finite = [r for r in records if np.isfinite(r[key])]
+    winner = min(finite, key=lambda r: r[key])
+    with open(os.path.join(path, f"L_{objective}", "best.json")) as f:
+      assert json.load(f)["best"][kind]["id"] == winner["id"]
+    winners[objective] = (
+      winner["id"],
+      f"{winner[key]:.3f}",
+      sum(r[key] < threshold for r in finite),
+    )
+  assert winners["train"][0] == winners["valid"][0]  # "The same configuration wins both"
+  return winners
+
+
+def _search_row_cells(text, winners):
+  """The cells of the docs' table row naming the winner, from its L_train column on."""
+  (row,) = [line for line in text.splitlines() if f"`{winners['train'][0]}`" in line]
+  return [c.strip() for c in row.split("|")][3:6]
+
+
+def _search_records(path):
+  with open(os.path.join(path, "results.jsonl")) as f:
+    return [json.loads(line) for line in f if line.strip()][1:]
+
+
 def test_app_f_searches_in_the_docs_are_their_shipped_results():
   path = os.path.join(testing_utils.REPO, "pretrained", "app_f")
-  with open(os.path.join(path, "results.jsonl")) as f:
-    records = [json.loads(line) for line in f if line.strip()][1:]
+  records = _search_records(path)
   with open(os.path.join(testing_utils.REPO, "docs", "pretrained.md")) as f:
     text = f.read().split("### App. F", 1)[1]
   for kind in ("rmsprop", "sgdm"):
     mine = [r for r in records if r["kind"] == kind]
     assert len(mine) == 50
-    best = {}
-    for objective, key in (("train", "train_mean"), ("valid", "mean")):
-      winner = min(mine, key=lambda r: r[key])
-      with open(os.path.join(path, f"L_{objective}", "best.json")) as f:
-        assert json.load(f)["best"][kind]["id"] == winner["id"]
-      below = sum(r[key] < 0.9 for r in mine)
-      best[objective] = (winner["id"], f"{winner[key]:.3f}", below)
-    assert best["train"][0] == best["valid"][0]  # "The same configuration wins both objectives"
-    (row,) = [line for line in text.splitlines() if f"`{best['train'][0]}`" in line]
-    cells = [c.strip() for c in row.split("|")]
-    assert cells[3:6] == [
+    best = _search_winners(path, mine, 0.9)
+    assert _search_row_cells(text, best) == [
       best["train"][1],
       best["valid"][1],
       f"{best['train'][2]} / {best['valid'][2]} of 50",
@@ -535,22 +555,12 @@ def test_app_f_searches_in_the_docs_are_their_shipped_results():
 
 def test_the_papers_family_search_at_1000_in_the_docs_is_its_shipped_results():
   path = os.path.join(testing_utils.REPO, "pretrained", "paper_family", "adam_reg_decay")
-  with open(os.path.join(path, "results.jsonl")) as f:
-    records = [json.loads(line) for line in f if line.strip()][1:]
+  records = _search_records(path)
   assert len(records) == 1000 and {r["kind"] for r in records} == {"adam"}
-  winners = {}
-  for objective, key in (("train", "train_mean"), ("valid", "mean")):
-    finite = [r for r in records if np.isfinite(r[key])]
-    winner = min(finite, key=lambda r: r[key])
-    with open(os.path.join(path, f"L_{objective}", "best.json")) as f:
-      assert json.load(f)["best"]["adam"]["id"] == winner["id"]
-    winners[objective] = (winner["id"], f"{winner[key]:.3f}", sum(r[key] < 2.0 for r in finite))
-  assert winners["train"][0] == winners["valid"][0]  # "The same configuration wins both"
+  winners = _search_winners(path, records, 2.0)
   with open(os.path.join(testing_utils.REPO, "docs", "paper_family.md")) as f:
     text = f.read().split("### Against Adam+Reg+Decay searched at 1,000", 1)[1]
-  (row,) = [line for line in text.splitlines() if f"`{winners['train'][0]}`" in line]
-  cells = [c.strip() for c in row.split("|")]
-  assert cells[3:6] == [
+  assert _search_row_cells(text, winners) == [
     winners["train"][1],
     winners["valid"][1],
     f"{winners['train'][2]} / {winners['valid'][2]} of 1000",
