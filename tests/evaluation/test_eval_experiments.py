@@ -75,6 +75,15 @@ EXPERIMENTS = {
     ("train", "valid"),
     ("pretrained/paper_family/adam_reg_decay/L_{o}/best.json", ("adam",)),
   ),
+  "paper_family_5_inits.gin": (
+    ("adam", "rmsprop", "sgdm", "adam_refined"),
+    {
+      "L_train": "pretrained/generated_cnn_train/theta",
+      "L_valid": "pretrained/generated_cnn_valid/theta",
+    },
+    ("train", "valid"),
+    ("pretrained/paper_family/adam_reg_decay/L_{o}/best.json", ("adam",)),
+  ),
   "quickstart.gin": (("adam", "sgdm"), None),
   "out_of_family/cnn_6_layers.gin": (("adam",), SHIPPED_THETAS),
   "out_of_family/cnn_8_channels.gin": (("adam",), SHIPPED_THETAS),
