@@ -29,7 +29,7 @@ setuptools.setup(
   ],
   extras_require={
     # The tests run the examples too (tests/test_examples.py), so they need the examples' extra.
-    "test": ["pytest>=7.4", "pytest-xdist>=3.5", "ruff>=0.4", "scikit-learn>=1.3"],
+    "test": ["pytest>=7.4,<9.2", "pytest-xdist>=3.5", "ruff>=0.4", "scikit-learn>=1.3"],
     # examples/own_keras_model/ reads the digits bundled with scikit-learn.
     "examples": ["scikit-learn>=1.3"],
   },

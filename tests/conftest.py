@@ -1,6 +1,7 @@
 """Shared test setup: quiet TensorFlow, two inter-op threads, a clean gin config and no stop
 request per test."""
 
+import importlib.metadata
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -32,9 +33,43 @@ def no_stop_request():
 # Tests that make network namespaces, loop devices or clusters of processes run one after the
 # other in one pytest-xdist worker; the rest are spread over the workers (-n 2 --dist loadgroup).
 _ONE_AT_A_TIME = ("test_partitions.py", "test_disk_faults.py", "test_cluster.py")
+_GROUP = "system"
 
 
+@pytest.hookimpl(tryfirst=True)  # Before pytest-xdist's, which reads the groups into the ids.
 def pytest_collection_modifyitems(config, items):
   for item in items:
     if item.path.name in _ONE_AT_A_TIME:
-      item.add_marker(pytest.mark.xdist_group("system"))
+      item.add_marker(pytest.mark.xdist_group(_GROUP))
+
+
+_XDIST_GROUPS_LOST = "pytest 9.2 no longer lets pytest-xdist 3.8 write a test's group into its id"
+
+
+def pytest_configure(config):
+  """Refuses pytest and pytest-xdist versions whose --dist loadgroup runs grouped tests at the
+  same time (pytest-xdist issue 1386): its scheduler reads a test's group from an "@group" ending
+  of its id, which pytest 9.2 no longer lets it write."""
+  if config.getoption("dist", "no") != "loadgroup":
+    return
+  xdist_version = tuple(int(p) for p in importlib.metadata.version("pytest-xdist").split(".")[:2])
+  if pytest.version_tuple[:2] >= (9, 2) and xdist_version <= (3, 8):
+    raise pytest.UsageError(
+      f"{_XDIST_GROUPS_LOST}, so the tests of {', '.join(_ONE_AT_A_TIME)} would run at the same "
+      f"time (pytest {pytest.__version__}, pytest-xdist {'.'.join(map(str, xdist_version))}). "
+      "Install the versions setup.py's test extra names: .venv/bin/pip install -e '.[test]'."
+    )
+
+
+@pytest.hookimpl(trylast=True)  # After pytest-xdist's: the group must be in the ids it sends.
+def pytest_collection_finish(session):
+  """Stops a worker whose grouped tests lost their group anyway (any other version pair)."""
+  if not session.config.getvalue("loadgroup"):
+    return  # Not an xdist worker of --dist loadgroup (-n 0, or another --dist).
+  lost = [
+    item.nodeid
+    for item in session.items
+    if item.path.name in _ONE_AT_A_TIME and not item.nodeid.endswith(f"@{_GROUP}")
+  ]
+  if lost:
+    raise pytest.UsageError(f"{_XDIST_GROUPS_LOST}: {lost[0]} has no @{_GROUP}.")
