@@ -64,7 +64,7 @@ def pytest_configure(config):
 @pytest.hookimpl(trylast=True)  # After pytest-xdist's: the group must be in the ids it sends.
 def pytest_collection_finish(session):
   """Stops a worker whose grouped tests lost their group anyway (any other version pair)."""
-  if not session.config.getvalue("loadgroup"):
+  if not getattr(session.config.option, "loadgroup", False):
     return  # Not an xdist worker of --dist loadgroup (-n 0, or another --dist).
   lost = [
     item.nodeid

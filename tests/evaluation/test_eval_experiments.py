@@ -76,7 +76,7 @@ EXPERIMENTS = {
     ("pretrained/paper_family/adam_reg_decay/L_{o}/best.json", ("adam",)),
   ),
   "paper_family_5_inits.gin": (
-    ("adam", "rmsprop", "sgdm", "adam_refined"),
+    ("adam", "rmsprop", "sgdm"),
     {
       "L_train": "pretrained/generated_cnn_train/theta",
       "L_valid": "pretrained/generated_cnn_valid/theta",
