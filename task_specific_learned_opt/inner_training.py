@@ -166,7 +166,8 @@ def train(
 ) -> InnerTrainResult:
   """A fresh inner-training run of `num_steps` steps, compiled (make_train_fn).
 
-  Params come from task.init_params(fold_in(seed, 0)) and data from fold_in(seed, 1).
+  Params come from task.init_params(stream(seed, "run_params")) and data from
+  stream(seed, "run_data") (random_seeds.STREAMS).
   """
   state = opt.init(task.init_params(random_seeds.stream(seed, "run_params")))
   run = make_train_fn(task, lambda _: opt)

@@ -133,7 +133,7 @@ def evaluate_run(
     task: the inner problem.
     candidate: the optimizer.
     num_steps: inner steps of the run.
-    seed: the run's seed (params from fold_in(seed, 0), data from fold_in(seed, 1)).
+    seed: the run's seed (random_seeds.STREAMS "run_params" and "run_data").
     points: increasing steps where the metrics are measured.
     num_eval_batches: batches averaged for each measurement (the same batches every time).
     splits: the splits measured ("train", "valid", "test").

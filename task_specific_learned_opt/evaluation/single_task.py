@@ -63,13 +63,13 @@ def train_with_progress(
   """inner_training.train, run as graph-mode chunks of `log_every` steps with progress logs.
 
   Gives the same result as inner_training.train (the same init, and step i's data is
-  fold_in(fold_in(seed, 1), i) whichever chunk it falls in).
+  fold_in(stream(seed, "run_data"), i) whichever chunk it falls in).
 
   Args:
     task: the inner problem.
     opt: the inner update rule.
     num_steps: inner steps in all.
-    seed: the run's seed (params from fold_in(seed, 0), data from fold_in(seed, 1)).
+    seed: the run's seed (random_seeds.STREAMS "run_params" and "run_data").
     log_every: steps per graph-mode chunk, and per progress line.
     label: what the progress lines start with (the optimizer's name).
 

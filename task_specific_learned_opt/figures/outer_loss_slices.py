@@ -12,9 +12,9 @@ T is small):
   - L_valid = mean over t = 0..T-1 of clip(loss of w_{t+1} on the valid batch of step t),
   - L_train = mean over t = 1..T of clip(loss of w_t on the training batch of step t),
 the inner run starting from one initialisation and seeing one batch sequence for every theta (the
-training batches from fold_in(data_seed, 0), the validation batches from fold_in(data_seed, 1):
-`truncated_unroll.data_seeds`). Its + and - unrolls take two thetas at once, so each call
-evaluates two points of a slice.
+training batches from stream(data_seed, "unroll_train"), the validation batches from
+stream(data_seed, "unroll_valid"): `truncated_unroll.data_seeds`). Its + and - unrolls take two
+thetas at once, so each call evaluates two points of a slice.
 
 Directions, all unit vectors in the flattened theta (`nests.flatten` order):
   - (e) for each T, d = g / |g|, g = dL_valid/dtheta at theta by backpropagation through the
