@@ -7,7 +7,8 @@ steps: `curve_steps` (0 and log-spaced steps, the curves of Fig. 6a/b) and `aver
 L_valid of baseline_search.py). Task t is sampled with `task_seed(seed, t)`; its run r uses
 `run_seed(seed, t, r)`, whose streams "run_params" and "run_data" (random_seeds.STREAMS) seed the
 parameters and the data, exactly as inner_training.train, so an evaluation's per-step losses are
-those of the plain inner-training loop. Every candidate and every tuned baseline is run on these same runs.
+those of the plain inner-training loop. Every candidate and every tuned baseline is run on these
+same runs.
 """
 
 from typing import NamedTuple
