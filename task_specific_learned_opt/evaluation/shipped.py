@@ -9,8 +9,10 @@ pretrained/app_e/<problem>/<thetas>/summary.json (App. E) and
 pretrained/l_valid_alternatives/horizon_1000/evaluation_at_1000_steps/summary.json (snapshots of
 a longer-horizon L_valid run at 1,000 inner steps) and pretrained/paper_family/evaluation/
 summary.json (Fig. 6 on the paper's own family, Sec. 4.2's CNN without batch norm, with the
-refined Adam, "adam_refined", beside the paper's baselines). From those
-this writes
+refined Adam, "adam_refined", beside the paper's baselines), pretrained/paper_family/
+adam_reg_decay/evaluation/summary.json (against the 1,000-configuration search's winner) and
+pretrained/paper_family/evaluation_5_inits/summary.json (the same tasks at 5 inits each). From
+those this writes
 
   pretrained/statistics.json   one record per comparison: the evaluation, theta, baseline and
                                metric, both means and statistics.paired's statistics;
@@ -71,6 +73,7 @@ EVALUATIONS = {
   "l_valid_alternatives/horizon_1000": "l_valid_alternatives/horizon_1000/evaluation_at_1000_steps",
   "paper_family": "paper_family/evaluation",
   "paper_family_adam_reg_decay": "paper_family/adam_reg_decay/evaluation",
+  "paper_family_5_inits": "paper_family/evaluation_5_inits",
 }
 # The evaluations whose histograms are shipped (Fig. 6c).
 WITH_HISTOGRAMS = (
@@ -79,6 +82,7 @@ WITH_HISTOGRAMS = (
   "generated_bn_cnn_train",
   "paper_family",
   "paper_family_adam_reg_decay",
+  "paper_family_5_inits",
 )
 
 
