@@ -43,9 +43,6 @@ def pytest_collection_modifyitems(config, items):
       item.add_marker(pytest.mark.xdist_group(_GROUP))
 
 
-_XDIST_GROUPS_LOST = "pytest 9.2 no longer lets pytest-xdist 3.8 write a test's group into its id"
-
-
 def pytest_configure(config):
   """Refuses pytest and pytest-xdist versions whose --dist loadgroup runs grouped tests at the
   same time (pytest-xdist issue 1386): its scheduler reads a test's group from an "@group" ending
@@ -55,8 +52,9 @@ def pytest_configure(config):
   xdist_version = tuple(int(p) for p in importlib.metadata.version("pytest-xdist").split(".")[:2])
   if pytest.version_tuple[:2] >= (9, 2) and xdist_version <= (3, 8):
     raise pytest.UsageError(
-      f"{_XDIST_GROUPS_LOST}, so the tests of {', '.join(_ONE_AT_A_TIME)} would run at the same "
-      f"time (pytest {pytest.__version__}, pytest-xdist {'.'.join(map(str, xdist_version))}). "
+      "pytest 9.2 no longer lets pytest-xdist 3.8 write a test's group into its id, so the "
+      f"tests of {', '.join(_ONE_AT_A_TIME)} would run at the same time (pytest "
+      f"{pytest.__version__}, pytest-xdist {'.'.join(map(str, xdist_version))}). "
       "Install the versions setup.py's test extra names: .venv/bin/pip install -e '.[test]'."
     )
 
@@ -72,4 +70,7 @@ def pytest_collection_finish(session):
     if item.path.name in _ONE_AT_A_TIME and not item.nodeid.endswith(f"@{_GROUP}")
   ]
   if lost:
-    raise pytest.UsageError(f"{_XDIST_GROUPS_LOST}: {lost[0]} has no @{_GROUP}.")
+    raise pytest.UsageError(
+      f"pytest-xdist did not put {len(lost)} tests (e.g. {lost[0]}) in the group {_GROUP!r}; "
+      "install the versions setup.py's test extra names: .venv/bin/pip install -e '.[test]'."
+    )

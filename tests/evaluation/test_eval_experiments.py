@@ -32,6 +32,11 @@ SHIPPED_THETAS = {
 # evaluates: None for a fresh export of its learned optimizer's init named "learned"[, the
 # objectives of the searches whose winners it takes[, their best.json files with "{o}" for the
 # objective, and the kinds they searched]]).
+PAPER_FAMILY_THETAS = {
+  "L_train": "pretrained/generated_cnn_train/theta",
+  "L_valid": "pretrained/generated_cnn_valid/theta",
+}
+PAPER_FAMILY_SEARCH_AT_1000 = ("pretrained/paper_family/adam_reg_decay/L_{o}/best.json", ("adam",))
 FIG6_SEARCHES = ("pretrained/fig6/adam_reg_decay_L_{o}/best.json", ("adam",))
 EXPERIMENTS = {
   "generated.gin": (("adam", "rmsprop", "sgdm"), None),
@@ -60,29 +65,20 @@ EXPERIMENTS = {
   ),
   "paper_family.gin": (
     ("adam", "rmsprop", "sgdm", "adam_refined"),
-    {
-      "L_train": "pretrained/generated_cnn_train/theta",
-      "L_valid": "pretrained/generated_cnn_valid/theta",
-    },
+    PAPER_FAMILY_THETAS,
     ("train", "valid"),
   ),
   "paper_family_adam_reg_decay.gin": (
     (),
-    {
-      "L_train": "pretrained/generated_cnn_train/theta",
-      "L_valid": "pretrained/generated_cnn_valid/theta",
-    },
+    PAPER_FAMILY_THETAS,
     ("train", "valid"),
-    ("pretrained/paper_family/adam_reg_decay/L_{o}/best.json", ("adam",)),
+    PAPER_FAMILY_SEARCH_AT_1000,
   ),
   "paper_family_5_inits.gin": (
     ("adam", "rmsprop", "sgdm"),
-    {
-      "L_train": "pretrained/generated_cnn_train/theta",
-      "L_valid": "pretrained/generated_cnn_valid/theta",
-    },
+    PAPER_FAMILY_THETAS,
     ("train", "valid"),
-    ("pretrained/paper_family/adam_reg_decay/L_{o}/best.json", ("adam",)),
+    PAPER_FAMILY_SEARCH_AT_1000,
   ),
   "quickstart.gin": (("adam", "sgdm"), None),
   "out_of_family/cnn_6_layers.gin": (("adam",), SHIPPED_THETAS),
