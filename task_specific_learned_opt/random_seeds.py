@@ -65,6 +65,8 @@ STREAMS = {
   "worker_truncations": 2,  # Each truncation's length.
   "worker_perturbations": 3,  # Each truncation's ES perturbation e.
   "worker_first_truncation": 4,  # Where in its first truncation a worker starts.
+  # A task's seed in a mixture of families (tasks/families.py).
+  "mixture_member": 0,  # Which family samples the task.
   # The held-out protocol's seed (evaluation/protocol.py); far from the run indices it also folds.
   "held_out_tasks": 1_000_003,
 }

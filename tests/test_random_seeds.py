@@ -21,6 +21,7 @@ HISTORICAL = {
   "worker_perturbations": 3,
   "worker_first_truncation": 4,
   "held_out_tasks": 1_000_003,
+  "mixture_member": 0,  # Named from its start (tasks/families.MixtureFamily).
 }
 
 

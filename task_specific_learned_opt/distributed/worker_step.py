@@ -60,7 +60,7 @@ def compiled_sample(
   """The worker's estimator's `sample`, compiled once per configuration and shared.
 
   Workers of one process with the same configuration share one trace: the task's data is an
-  argument, so any task of the family runs through it.
+  argument, so any task of the family with the template's trace key runs through it.
 
   Args:
     worker: the worker whose family, learned optimizer, estimator and settings it computes with.
@@ -73,6 +73,7 @@ def compiled_sample(
   """
   key = (
     id(worker.family),
+    template.trace_key,
     id(worker.lopt),
     worker.sigma,
     worker.objective,
@@ -83,7 +84,7 @@ def compiled_sample(
   with _SAMPLE_FNS_LOCK:  # Local mode may call this from several threads.
     if key not in _SAMPLE_FNS:
       lopt, estimator = worker.lopt, worker.estimator
-      sigma, objective, recompute = key[2:5]
+      sigma, objective, recompute = key[3:6]
       loss_shape = () if num_tasks is None else (num_tasks,)
       if num_tasks is not None:
         lopt = task_batch.LOptBatch(lopt, num_tasks)

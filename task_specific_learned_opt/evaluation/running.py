@@ -108,7 +108,7 @@ _COMPILED_LOCK = threading.Lock()  # Runs may be evaluated in threads (parallel_
 def _compiled(
   family: task_base.TaskFamily, task: task_base.Task, make: _Make, num_eval_batches: int
 ) -> _Compiled:
-  key = (id(family), id(make), num_eval_batches)
+  key = (id(family), task.trace_key, id(make), num_eval_batches)
   with _COMPILED_LOCK:
     if key not in _COMPILED:
       # Holding family and make keeps their ids from being reused by other objects.

@@ -58,11 +58,12 @@ class TaskBatch(task_base.Task):
     """Makes the batch.
 
     Args:
-      tasks: the B tasks, of one family (they may differ in their data only, so that a compiled
-        call traced with them serves any B tasks of the family).
+      tasks: the B tasks, of one family (a compiled call traced with them serves any B tasks of
+        the family with the same trace keys, in the same order).
     """
     self.tasks = tuple(tasks)
     self.name = f"{len(self.tasks)} x {self.tasks[0].name}"
+    self.trace_key = tuple(t.trace_key for t in self.tasks)
 
   @property
   def num_tasks(self) -> int:

@@ -13,11 +13,13 @@ Batches are drawn statelessly from the seed, so the same seed always gives the s
 
 Every tensor a task reads (images, labels, a quadratic's centre) is in `task.data`, and
 `task.with_data(data)` is the same task reading other tensors. Compiled code passes `data` in as
-an argument instead of capturing it, so one trace serves every task of a family, and the
-outer-training's recomputed segments see no captured constants.
+an argument instead of capturing it, so one trace serves every task of a family with the same
+`trace_key` (all of them, except in a family of several networks such as families.MixtureFamily),
+and the outer-training's recomputed segments see no captured constants.
 """
 
 import abc
+from collections.abc import Hashable
 from typing import Any
 
 import tensorflow as tf
@@ -31,6 +33,10 @@ class Task(abc.ABC):
   """One inner problem: parameters, a loss, and batches by split."""
 
   name: str = "task"
+  # What besides its data sets the computation the task traces (its network, for one): compiled
+  # functions are shared by the tasks of a family whose keys are equal. None: every task of the
+  # family computes the same.
+  trace_key: Hashable = None
 
   @abc.abstractmethod
   def init_params(self, seed: random_seeds.SeedLike) -> nests.Params:

@@ -8,14 +8,19 @@ family, 70/30 for CIFAR-100), and makes an ImageTask with all the images of thos
     L_valid is measured on them),
   - test: the source's test images of the same classes.
 Labels are renumbered 0..9 in the order the classes were drawn.
+
+A MixtureFamily draws each task from one of several families (networks, image sizes, data), for a
+learned optimizer outer-trained across problems.
 """
 
 from collections.abc import Sequence
+from typing import Any
 
 import gin
 import numpy as np
+import tensorflow as tf
 
-from task_specific_learned_opt import random_seeds
+from task_specific_learned_opt import nests, random_seeds
 from task_specific_learned_opt.tasks import base, class_source, image_task, networks
 
 OUTER_TRAIN_FRACTION = 0.7  # Paper Sec. 4.2: 700 of ImageNet's 1000 classes.
@@ -110,3 +115,91 @@ class ClassSubsetFamily(base.TaskFamily):
   def sample(self, seed: random_seeds.SeedLike) -> image_task.ImageTask:
     """The task of the classes sample_classes(seed) draws."""
     return self.task_for_classes(self.sample_classes(seed))
+
+
+class MemberTask(base.Task):
+  """A task of a MixtureFamily: one of its families' tasks, keyed by that family's index."""
+
+  def __init__(self, task: base.Task, member: int):
+    """Wraps `task`, drawn from the mixture's family `member`."""
+    self.task = task
+    self.member = int(member)
+    self.name = task.name
+    self.trace_key = (self.member, task.trace_key)
+
+  def init_params(self, seed: random_seeds.SeedLike) -> nests.Params:
+    """The member task's initial params."""
+    return self.task.init_params(seed)
+
+  def loss(self, params: nests.Params, batch: nests.Batch) -> tf.Tensor:
+    """The member task's loss."""
+    return self.task.loss(params, batch)
+
+  def batch(self, split: str, seed: random_seeds.SeedLike) -> nests.Batch:
+    """The member task's batch."""
+    return self.task.batch(split, seed)
+
+  @property
+  def data(self) -> Any:
+    """The member task's data."""
+    return self.task.data
+
+  def with_data(self, data: Any) -> "MemberTask":
+    """The member task reading `data`, still keyed by its member."""
+    return MemberTask(self.task.with_data(data), self.member)
+
+  def __getattr__(self, name: str) -> Any:
+    # What else the member task offers (an ImageTask's accuracy, its model) reads through.
+    if name == "task":
+      raise AttributeError(name)
+    return getattr(self.task, name)
+
+
+@gin.configurable
+class MixtureFamily(base.TaskFamily):
+  """Tasks of several families: each task's seed draws which family samples it.
+
+  Outer-training on a mixture of problems (networks, image sizes, data) is the paper's stated
+  future work (Sec. 6) and what a learned optimizer meant to work outside one family is trained
+  on. A task of seed s is family i's task of the same seed s, where i is drawn with the
+  probabilities `weights` from the "mixture_member" stream of s: the mixture's tasks of family i
+  are the tasks family i alone would give. Tasks of different families trace separately
+  (`Task.trace_key`), so a worker compiles one sample function per family it meets.
+  """
+
+  def __init__(
+    self,
+    families: Sequence[base.TaskFamily] = gin.REQUIRED,
+    weights: Sequence[float] | None = None,
+  ):
+    """Makes the mixture.
+
+    Args:
+      families: the families, at least one.
+      weights: the probability of each family (normalised); None: equal.
+
+    Raises:
+      ValueError: no families, or weights that do not match them or are not positive.
+    """
+    self.families = tuple(families)
+    if not self.families:
+      raise ValueError("MixtureFamily.families is empty; give at least one family.")
+    weights = np.ones(len(self.families)) if weights is None else np.asarray(weights, float)
+    if weights.shape != (len(self.families),) or not np.all(weights > 0):
+      raise ValueError(
+        f"MixtureFamily.weights must be {len(self.families)} positive numbers, one per family; "
+        f"got {list(weights.ravel())}."
+      )
+    self.probabilities = weights / weights.sum()
+    self.name = "mixture(" + ", ".join(f.name for f in self.families) + ")"
+
+  def member(self, seed: random_seeds.SeedLike) -> int:
+    """The index of the family that samples the task of `seed`."""
+    stream = random_seeds.stream(seed, "mixture_member")
+    rng = np.random.default_rng(random_seeds.to_numpy_seed(stream))
+    return int(rng.choice(len(self.families), p=self.probabilities))
+
+  def sample(self, seed: random_seeds.SeedLike) -> MemberTask:
+    """Family member(seed)'s task of `seed`."""
+    index = self.member(seed)
+    return MemberTask(self.families[index].sample(seed), index)

@@ -11,7 +11,7 @@ from task_specific_learned_opt.optimizers import sgd
 from task_specific_learned_opt.outer import antithetic, pes, schedules, truncated_unroll
 from task_specific_learned_opt.outer.estimators import base as estimator_base
 from task_specific_learned_opt.outer.estimators import persistent_es, registry
-from task_specific_learned_opt.tasks import quadratic
+from task_specific_learned_opt.tasks import families, quadratic
 
 # One family and learned optimizer for every worker: they share one compiled sampler.
 FAMILY, LOPT = quadratic.QuadraticFamily(dim=4), mlp_lopt.MLPLOpt()
@@ -178,3 +178,24 @@ def test_a_persistent_worker_starts_a_new_task_from_a_state_without_the_minus_un
   assert sample.inner_step == 0 and state.task_index == 2
   assert isinstance(state.estimator_state, persistent_es.PESState)
   assert int(state.estimator_state.accumulator.num_truncations) == 1
+
+
+def test_a_mixtures_samples_are_those_of_its_members_alone():
+  # A task's trace is keyed by its member: a quadratic with noise would otherwise run through
+  # the noiseless member's trace (the same shapes and data) and silently lose its noise.
+  members = (quadratic.QuadraticFamily(dim=4), quadratic.QuadraticFamily(dim=4, noise_std=1.0))
+  mixture = families.MixtureFamily(members)
+  one_task_each = dict(schedule=schedules.FixedLength(5), horizon=5)  # Every step a new task.
+  mixed = worker_step.Worker(mixture, LOPT, worker_id=3, **one_task_each)
+  alone = [worker_step.Worker(f, LOPT, worker_id=3, **one_task_each) for f in members]
+  theta = tf.nest.map_structure(lambda x: 3.0 * x, LOPT.init(2))
+  state, seen = mixed.initial_state(), set()
+  for version in range(6):
+    member = mixture.member(mixed.task_seed(state.task_index))
+    seen.add(member)
+    expected, _ = alone[member].step(theta, version, state)
+    sample, state = mixed.step(theta, version, state)
+    assert sample.loss_plus == expected.loss_plus and sample.num_steps == 5
+    for x, y in zip(tf.nest.flatten(sample), tf.nest.flatten(expected), strict=True):
+      np.testing.assert_array_equal(x, y)
+  assert seen == {0, 1}

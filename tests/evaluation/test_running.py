@@ -14,7 +14,7 @@ from task_specific_learned_opt.evaluation import (
 )
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.optimizers import adam
-from task_specific_learned_opt.tasks import quadratic
+from task_specific_learned_opt.tasks import families, networks, quadratic
 
 
 def test_eval_of_adam_gives_the_losses_of_the_inner_training_loop():
@@ -135,3 +135,27 @@ def test_a_learned_optimizers_runs_are_not_taken_for_the_same_theta_with_another
     same["results"]["L"]["train_loss"], first["results"]["L"]["train_loss"]
   )
   assert len(cache) == 2  # Taken from the cache this time.
+
+
+def test_a_mixtures_runs_are_those_of_its_members_alone():
+  # Runs share compiled functions by family and task trace key: a CNN task and an MLP task of
+  # one mixture each run their own network.
+  members = (
+    testing_utils.small_generated_family(),
+    testing_utils.small_generated_family(model=networks.MLP(hidden_sizes=(8,))),
+  )
+  mixture = families.MixtureFamily(members)
+  opt = candidates.fixed("adam", adam.Adam(learning_rate=3e-3))
+  points = protocol.curve_steps(6, 3)
+  seen = set()
+  for index in range(6):
+    seed = random_seeds.fold_in([3, 1], index)
+    member = mixture.member(seed)
+    seen.add(member)
+    run_seed = protocol.run_seed(0, index, 0)
+    run = running.evaluate_run(mixture, mixture.sample(seed), opt, 6, run_seed, points, 1)
+    alone = members[member]
+    expected = running.evaluate_run(alone, alone.sample(seed), opt, 6, run_seed, points, 1)
+    for key in ("losses", "train_loss", "test_loss", "test_accuracy"):
+      np.testing.assert_allclose(run[key], expected[key], rtol=1e-6, err_msg=key)
+  assert seen == {0, 1}

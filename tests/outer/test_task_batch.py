@@ -31,7 +31,16 @@ def _cnn_family():
   )
 
 
-FAMILIES = {"cnn_batch_norm": _cnn_family, "quadratic": lambda: quadratic.QuadraticFamily(dim=6)}
+def _mixture():
+  # Seeds fold_in([1, 2], 0) and (.., 1) draw member 0 and member 1: a batch of two networks.
+  return families.MixtureFamily([_cnn_family(), quadratic.QuadraticFamily(dim=6)])
+
+
+FAMILIES = {
+  "cnn_batch_norm": _cnn_family,
+  "quadratic": lambda: quadratic.QuadraticFamily(dim=6),
+  "mixture": _mixture,
+}
 
 
 def _seeds(b, truncation):
@@ -49,7 +58,12 @@ def _assert_samples_equal(together, alone, b):
 
 @pytest.mark.parametrize(
   "family_name, estimator_name",
-  [("cnn_batch_norm", "merged"), ("quadratic", "merged"), ("quadratic", "pes_merged")],
+  [
+    ("cnn_batch_norm", "merged"),
+    ("quadratic", "merged"),
+    ("quadratic", "pes_merged"),
+    ("mixture", "merged"),
+  ],
 )
 def test_each_sample_of_a_batch_is_its_tasks_sample_alone(estimator_name, family_name):
   num_tasks, num_steps = 2, 4
@@ -58,6 +72,8 @@ def test_each_sample_of_a_batch_is_its_tasks_sample_alone(estimator_name, family
   estimator = registry.get(estimator_name)
   theta = tf.nest.map_structure(lambda x: 3.0 * x, lopt.init(1))  # Steps that matter.
   tasks = [family.sample(random_seeds.fold_in([1, 2], b)) for b in range(num_tasks)]
+  if family_name == "mixture":
+    assert [t.member for t in tasks] == [0, 1]
   states = [
     estimator.init_state(lopt.opt_fn(theta).init(t.init_params(b)), theta)
     for b, t in enumerate(tasks)

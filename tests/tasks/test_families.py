@@ -8,7 +8,14 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 import testing_utils
 
-from task_specific_learned_opt.tasks import class_source, families, networks, tfds_source
+from task_specific_learned_opt import random_seeds
+from task_specific_learned_opt.tasks import (
+  class_source,
+  families,
+  networks,
+  quadratic,
+  tfds_source,
+)
 
 
 def test_class_split_is_a_fixed_disjoint_partition():
@@ -135,3 +142,49 @@ def test_missing_dataset_fails_before_downloading_or_reading(tmp_path, no_tfds_d
   assert no_tfds_download_or_read.as_dataset_outcomes == ["raised: data not found"]
   assert os.listdir(tmp_path) == []  # Nothing downloaded or written.
   assert "imagenet_resized/32x32" in str(error.value) and str(tmp_path) in str(error.value)
+
+
+def _mixture(weights=None):
+  return families.MixtureFamily(
+    [quadratic.QuadraticFamily(dim=3), quadratic.QuadraticFamily(dim=6, noise_std=0.5)], weights
+  )
+
+
+def test_a_mixtures_task_is_its_members_task_of_the_same_seed():
+  mixture = _mixture()
+  members = set()
+  for index in range(12):
+    seed = random_seeds.fold_in([4, 2], index)
+    task, member = mixture.sample(seed), mixture.member(seed)
+    alone = mixture.families[member].sample(seed)
+    members.add(member)
+    assert task.member == member and task.trace_key == (member, None)
+    assert task.dim == alone.dim == (3, 6)[member]  # Attributes read through to the member.
+    for x, y in zip(tf.nest.flatten(task.data), tf.nest.flatten(alone.data), strict=True):
+      np.testing.assert_array_equal(x, y)
+    params = task.init_params([1, 1])
+    np.testing.assert_array_equal(params["w"], alone.init_params([1, 1])["w"])
+    batch = task.batch("train", [2, 2])
+    assert float(task.loss(params, batch)) == float(alone.loss(params, batch))
+    again = task.with_data(alone.data)
+    assert isinstance(again, families.MemberTask) and again.trace_key == task.trace_key
+    assert mixture.member(seed) == member  # The seed alone decides.
+  assert members == {0, 1}
+
+
+def test_a_mixture_draws_its_members_with_their_weights():
+  mixture = _mixture(weights=(1.0, 3.0))
+  draws = [mixture.member(random_seeds.fold_in([9, 9], i)) for i in range(400)]
+  np.testing.assert_allclose(np.mean(draws), 0.75, atol=0.07)  # 4 sigma of 400 draws: 0.087.
+  assert mixture.name == "mixture(quadratic3, quadratic6)"
+
+
+@pytest.mark.parametrize("weights", [(1.0,), (1.0, 0.0), (1.0, -2.0)])
+def test_a_mixture_refuses_weights_that_do_not_fit_its_families(weights):
+  with pytest.raises(ValueError, match="MixtureFamily.weights must be 2 positive numbers"):
+    _mixture(weights)
+
+
+def test_a_mixture_needs_a_family():
+  with pytest.raises(ValueError, match="MixtureFamily.families is empty"):
+    families.MixtureFamily([])
