@@ -153,6 +153,10 @@ BUILDERS = [
     "eval/out_of_family/guarded_update.gin",
     _overlay("eval/out_of_family/guarded_update.gin", "eval/out_of_family/mlp_2x32.gin"),
   ),
+  (
+    "eval/out_of_family/past_horizon_decay.gin",
+    _overlay("eval/out_of_family/past_horizon_decay.gin", "eval/digits/mlp_2x32.gin"),
+  ),
   ("eval/*.gin", _entry_point("evaluate")),
   ("baselines/*.gin", _baseline_search),
   ("benchmark/*.gin", _entry_point("benchmark.run")),
