@@ -45,7 +45,7 @@ def plot_outer_training(records: list[dict], path: str, title: str = "") -> None
   axes[1, 1].set_ylabel("mean ES weight in the merge")
   for ax in axes.flat:
     ax.set_xlabel("outer step")
-  fig.suptitle(title, fontsize=9)
+  fig.suptitle("\n".join(textwrap.wrap(title, 120)), fontsize=9)  # A mixture's names are long.
   fig.tight_layout()
   fig.savefig(path, dpi=90)
 
@@ -108,7 +108,7 @@ def plot_eval_curves(
     panel_title = (panel_titles or {}).get(split, f"{split} loss")
     ax.set_title("\n".join(textwrap.wrap(panel_title, 60)), fontsize=8)
     ax.legend(fontsize=7)
-  fig.suptitle(title, fontsize=9)
+  fig.suptitle("\n".join(textwrap.wrap(title, 120)), fontsize=9)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
 

@@ -9,7 +9,9 @@ counts traces per Python code object, not per function or input structure, and a
 in 10 calls it prints a page-long warning ("... triggered tf.function retracing ...") once per
 function, a dozen of them in a run of examples/own_keras_model. `traces_per_variant` marks such
 a function so that the detector leaves it alone; a function traced for the same structure twice
-would still show in its `experimental_get_tracing_count()`.
+would still show in its `experimental_get_tracing_count()`. The chief's update is marked for the
+same reason: each chief compiles its own, so a process that makes several (a seed study) traces
+one code object once per chief.
 """
 
 from typing import Any

@@ -21,7 +21,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-from task_specific_learned_opt import checkpoints, nests
+from task_specific_learned_opt import checkpoints, nests, tracing
 from task_specific_learned_opt.distributed import base
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.optimizers import adam
@@ -118,10 +118,14 @@ class Chief:
     signature = tf.nest.map_structure(
       lambda x: tf.TensorSpec([None, *x.shape], tf.float32), initial.params
     )
-    self._apply = tf.function(
-      self._apply_batch,
-      input_signature=[signature, signature, tf.TensorSpec([None]), tf.TensorSpec([None])],
-      autograph=False,
+    # Traced once per chief; a process that makes several (a seed study, the tests) traces the
+    # same code once each, which TensorFlow's retracing detector would report.
+    self._apply = tracing.traces_per_variant(
+      tf.function(
+        self._apply_batch,
+        input_signature=[signature, signature, tf.TensorSpec([None]), tf.TensorSpec([None])],
+        autograph=False,
+      )
     )
 
   def theta(self) -> nests.Theta:

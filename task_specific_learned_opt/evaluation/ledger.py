@@ -118,6 +118,13 @@ def _source_key(source: class_source.ClassSource) -> str:
   return f"{source.name}(seed {getattr(source, 'seed', 0)})"
 
 
+def _experiment_key(family: Any) -> str:
+  """The experiment family of an outer-training family: source and network, or a mixture's."""
+  if hasattr(family, "families"):  # tasks/families.MixtureFamily
+    return "mixture(" + ", ".join(_experiment_key(f) for f in family.families) + ")"
+  return f"{_source_key(family.source)}/{family.model.name}"
+
+
 def materialise(entry: Mapping) -> Usage:
   """The tasks of one ledger entry: its gin file parsed with its bindings, its tasks sampled."""
   gin_config.parse([os.path.join(REPO, entry["gin"])], list(entry.get("bindings", ())))
@@ -130,7 +137,7 @@ def materialise(entry: Mapping) -> Usage:
     )
     return Usage(
       entry["name"],
-      f"{_source_key(outer.source)}/{outer.model.name}" if outer else "",
+      _experiment_key(outer) if outer else "",
       _source_key(family.source),
       family.class_split,
       seed,

@@ -193,3 +193,16 @@ def test_by_default_samples_more_than_8_steps_old_are_dropped():
   ]
   stats = boss.apply(base.stack(samples))
   assert stats["num_stale"] == 1 and stats["num_kept"] == 2 and stats["max_staleness"] == 9
+
+
+def test_a_process_that_makes_many_chiefs_logs_no_retracing_warning(caplog):
+  # Each chief compiles its own update: a seed study makes one per seed. TensorFlow's detector
+  # counts traces per code object and would report the sixth chief's trace.
+  lopt = mlp_lopt.MLPLOpt()
+  batch = base.stack(_samples(lopt, 3))
+  caplog.set_level("WARNING")
+  chiefs = [chief_update.Chief(lopt, learning_rate=0.01) for _ in range(8)]
+  for boss in chiefs:
+    boss.apply(batch)
+    assert boss._apply.experimental_get_tracing_count() == 1
+  assert not [r for r in caplog.records if "retracing" in r.getMessage()]
