@@ -14,6 +14,8 @@ The rule, on the same experiment family:
 - a reported evaluation may not share with a choice a seed on the same class split ("seed"), a
   task (the same set of classes, "task"), or a class, whose test images the choice then saw
   ("classes"). A choice counts as having seen every split of its tasks (conservative);
+- a choice that names the shipped thetas it concerns ("concerns": a setting of one theta's update,
+  say) binds only the evaluations that report one of them ("thetas");
 - it may share classes with a monitoring (the evaluator's outer-test tasks, shown during
   outer-training but never used to choose: every shipped theta is chosen on outer-train tasks),
   which is recorded (`monitoring_overlaps`) but allowed.
@@ -147,6 +149,14 @@ def materialise(entry: Mapping) -> Usage:
     gin.clear_config()
 
 
+def concerned(evaluation: Mapping, choice: Mapping) -> bool:
+  """Whether a choice bears on an evaluation: always, unless the choice names the shipped thetas
+  it concerns ("concerns", e.g. a setting of one theta's update) and the evaluation reports none
+  of them ("thetas": the shipped thetas it reports; absent, none of those a choice concerns)."""
+  concerns = choice.get("concerns")
+  return concerns is None or bool(set(concerns) & set(evaluation.get("thetas", ())))
+
+
 def shared(evaluation: Usage, choice: Usage) -> list[str]:
   """What of SHARES `evaluation` shares with `choice` (none across experiment families)."""
   if evaluation.family != choice.family:
@@ -201,7 +211,7 @@ def audit(ledger: Mapping) -> dict:
   for evaluation in ledger["evaluations"]:
     used = usages[evaluation["name"]]
     for choice in ledger["choices"]:
-      shares = shared(used, usages[choice["name"]])
+      shares = shared(used, usages[choice["name"]]) if concerned(evaluation, choice) else []
       if shares:
         violations.append(
           {"evaluation": evaluation["name"], "choice": choice["name"], "shares": shares}

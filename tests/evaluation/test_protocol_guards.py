@@ -281,3 +281,23 @@ def test_the_rule_finds_a_shared_task_seed_and_classes():
   assert ledger.shared(usage("e", "outer_test", 1, [{1, 2}], family="g"), choice) == []
   overlap = ledger.monitoring_overlap(usage("e", "outer_test", 2, [{2, 5}, {6, 7}]), choice)
   assert (overlap["classes"], overlap["tasks"], overlap["same_task"]) == (1, 1, False)
+
+
+def test_a_choice_that_concerns_one_theta_binds_only_the_evaluations_reporting_it(audited):
+  entries = ledger.read()
+  cap = next(c for c in entries["choices"] if c.get("concerns"))
+  assert cap["concerns"] == ["mixed_app_e_valid"]
+  reporting = next(e for e in entries["evaluations"] if e.get("thetas") == cap["concerns"])
+  other = next(e for e in entries["evaluations"] if e["name"] == "App. E, seed 4: mlp_2x32")
+  assert ledger.concerned(reporting, cap) and not ledger.concerned(other, cap)
+  assert ledger.concerned(other, {"name": "a setting of everything"})
+  # The seed-4 rows share the cap's very tasks; only the mixed theta's rows would count them.
+  usages = audited["usages"]
+  assert "task" in ledger.shared(usages[other["name"]], usages[cap["name"]])
+  assert not [
+    v
+    for v in audited["violations"]
+    if v["evaluation"] == other["name"] and v["choice"] == cap["name"]
+  ]
+  mixed = [v for v in audited["violations"] if v["choice"] == cap["name"]]
+  assert mixed and all(v["shares"] == ["classes"] for v in mixed)
