@@ -75,7 +75,7 @@ EXPERIMENTS = {
     PAPER_FAMILY_SEARCH_AT_1000,
   ),
   "paper_family_5_inits.gin": (
-    ("adam", "rmsprop", "sgdm"),
+    ("adam", "rmsprop", "sgdm", "adam_refined"),
     PAPER_FAMILY_THETAS,
     ("train", "valid"),
     PAPER_FAMILY_SEARCH_AT_1000,
