@@ -42,6 +42,12 @@ PINNED = {
     "output/w": "3680de06ac975e06",  # [32, 2]
     "output/b": "644f75968a960224",  # [2]
   },
+  "mixed_app_e_valid": {
+    "hidden/w": "505f1fd2ead5c6b3",  # [16, 32]
+    "hidden/b": "08d33528a0de7c76",  # [32]
+    "output/w": "aa6ba5dc1b44bdb9",  # [32, 2]
+    "output/b": "d8d1ba417c8a3d1f",  # [2]
+  },
   "generated_bn_cnn_valid": {
     "hidden/w": "f2743d0cee75f4a0",  # [16, 32]
     "hidden/b": "7a5934639f26cf7e",  # [32]

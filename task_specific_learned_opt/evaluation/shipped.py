@@ -46,12 +46,38 @@ OUT_OF_FAMILY_TABLE = "summary.md"
 # its summary.md. out_of_family/: the batch-normed thetas on seed 1's tasks. app_e/: every shipped
 # theta on seed 4's tasks and on the digits, as <problem>/<thetas>: bn_cnn (the batch-normed
 # thetas as outer-trained), bn_cnn_gated (the same with the growth gate at use time) and cnn (the
-# paper-family thetas, with the guarded update they were outer-trained with).
-APP_E = tuple(
-  f"{problem}/{thetas}"
-  for problem in ("cnn_batch_norm", "mlp_2x32", "mlp_3x128", "digits_mlp_2x32")
-  for thetas in ("bn_cnn", "bn_cnn_gated", "cnn")
-) + ("images_16x16/cnn", "cnn_6_layers/cnn", "cnn_8_channels/cnn", "cnn_32_channels/cnn")
+# paper-family thetas, with the guarded update they were outer-trained with); mixed (the theta
+# outer-trained on a mix of these problems, on seed 5's tasks), the digits again with App. H's
+# decay past the horizon (*_past_horizon_decay), and the mixed run without its relative step cap
+# (mixed_without_relative_cap, seed 4).
+APP_E = (
+  tuple(
+    f"{problem}/{thetas}"
+    for problem in ("cnn_batch_norm", "mlp_2x32", "mlp_3x128", "digits_mlp_2x32")
+    for thetas in ("bn_cnn", "bn_cnn_gated", "cnn")
+  )
+  + ("images_16x16/cnn", "cnn_6_layers/cnn", "cnn_8_channels/cnn", "cnn_32_channels/cnn")
+  + tuple(
+    f"{problem}/mixed"
+    for problem in (
+      "cnn_no_batch_norm",
+      "cnn_batch_norm",
+      "cnn_8_channels",
+      "cnn_32_channels",
+      "cnn_6_layers",
+      "images_16x16",
+      "mlp_2x32",
+      "mlp_3x128",
+      "digits_mlp_2x32",
+    )
+  )
+  + (
+    "digits_mlp_2x32/mixed_past_horizon_decay",
+    "digits_mlp_2x32/cnn_past_horizon_decay",
+    "mlp_2x32/mixed_without_relative_cap",
+    "mlp_3x128/mixed_without_relative_cap",
+  )
+)
 OUT_OF_FAMILY = {
   "out_of_family": (
     "in_family",

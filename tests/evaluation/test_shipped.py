@@ -39,7 +39,9 @@ def test_every_shipped_evaluation_and_comparison_is_there(found):
     for name in names:
       rows = [r for r in found if r["evaluation"] == f"{directory}/{name}"]
       tasks = 1 if name.startswith("digits") else 5  # The digits are one 10-class task.
-      assert len(rows) == 6 and {r["num_tasks"] for r in rows} == {tasks}, name
+      thetas = 1 if "/mixed" in name else 2  # The mixed theta alone, else an L_train/L_valid pair.
+      assert len({r["learned"] for r in rows}) == thetas and len(rows) == 3 * thetas, name
+      assert {r["num_tasks"] for r in rows} == {tasks}, name
   rows = [r for r in found if r["evaluation"] == "l_valid_alternatives/horizon_1000"]
   assert len(rows) == 15 and {r["num_tasks"] for r in rows} == {4}
 
