@@ -143,7 +143,10 @@ def family_of(bindings: Mapping) -> dict:
         continue
       name = key.rsplit(".", 1)[1]
       inner = _references(value)
-      if inner and depth < 3 and f"@{inner[0]}()" in value:
+      if len(inner) > 1 and depth < 3:  # A list of configurables (MixtureFamily.families).
+        listed = ", ".join(described(r, depth + 1) if f"@{r}()" in value else r for r in inner)
+        arguments.append(f"{name}=[{listed}]")
+      elif inner and depth < 3 and f"@{inner[0]}()" in value:
         arguments.append(f"{name}={described(inner[0], depth + 1)}")
       elif inner:
         arguments.append(f"{name}={inner[0]}")

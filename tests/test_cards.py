@@ -161,3 +161,18 @@ def test_the_card_beside_a_shipped_theta_comes_before_the_one_written_at_export(
   assert cards.read_card(str(tmp_path / "theta"))["summary"] == "at export"
   cards.write_card(str(tmp_path), {"name": "shipped", "summary": "with results", "options": {}})
   assert cards.read_card(str(tmp_path / "theta"))["summary"] == "with results"
+
+
+def test_a_mixtures_family_names_every_member():
+  bindings = {
+    "outer_training.family": "@MixtureFamily()",
+    "MixtureFamily.families": "[@a/ClassSubsetFamily(), @b/ClassSubsetFamily()]",
+    "a/ClassSubsetFamily.model": "@a/paper_cnn()",
+    "a/paper_cnn.channels": 8,
+    "b/ClassSubsetFamily.model": "@b/MLP()",
+  }
+  family = cards.family_of(bindings)
+  assert family["description"] == (
+    "MixtureFamily(families=[a/ClassSubsetFamily(model=a/paper_cnn(channels=8)), "
+    "b/ClassSubsetFamily(model=b/MLP())])"
+  )
