@@ -49,7 +49,9 @@ OUT_OF_FAMILY_TABLE = "summary.md"
 # paper-family thetas, with the guarded update they were outer-trained with); mixed (the theta
 # outer-trained on a mix of these problems, on seed 5's tasks), the digits again with App. H's
 # decay past the horizon (*_past_horizon_decay), and the mixed run without its relative step cap
-# (mixed_without_relative_cap, seed 4).
+# (mixed_without_relative_cap, seed 4); capped: the four batch-normed and paper-family thetas with
+# one update, the guarded one with the mixed theta's relative step cap at use time (seed 5's tasks
+# and Adam's runs, as the mixed theta's).
 APP_E = (
   tuple(
     f"{problem}/{thetas}"
@@ -77,6 +79,20 @@ APP_E = (
     "mlp_2x32/mixed_without_relative_cap",
     "mlp_3x128/mixed_without_relative_cap",
   )
+  + tuple(
+    f"{problem}/capped"
+    for problem in (
+      "cnn_batch_norm",
+      "cnn_no_batch_norm",
+      "cnn_8_channels",
+      "cnn_32_channels",
+      "cnn_6_layers",
+      "images_16x16",
+      "mlp_2x32",
+      "mlp_3x128",
+    )
+  )
+  + ("digits_mlp_2x32/capped_past_horizon_decay",)
 )
 OUT_OF_FAMILY = {
   "out_of_family": (

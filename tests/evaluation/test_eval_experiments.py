@@ -92,7 +92,11 @@ EXPERIMENTS = {
 }
 # Files given after an experiment's (a second --gin_file), not experiments themselves;
 # tests/test_gin_config.py builds each after its base.
-OVERLAYS = ("out_of_family/guarded_update.gin", "out_of_family/past_horizon_decay.gin")
+OVERLAYS = (
+  "out_of_family/guarded_update.gin",
+  "out_of_family/past_horizon_decay.gin",
+  "out_of_family/relative_cap.gin",
+)
 # What the evaluated tasks train, (model name, parameters, image shape): the shipped thetas' own
 # family (pretrained.gin) and each problem out of it. A 3x3 conv layer from c to c' channels has
 # 9 c c' weights and c' biases, plus 2 c' batch-norm scales and offsets; the linear layer to the 10

@@ -39,7 +39,8 @@ def test_every_shipped_evaluation_and_comparison_is_there(found):
     for name in names:
       rows = [r for r in found if r["evaluation"] == f"{directory}/{name}"]
       tasks = 1 if name.startswith("digits") else 5  # The digits are one 10-class task.
-      thetas = 1 if "/mixed" in name else 2  # The mixed theta alone, else an L_train/L_valid pair.
+      # The mixed theta alone, all four others with one update, else an L_train/L_valid pair.
+      thetas = 1 if "/mixed" in name else 4 if "/capped" in name else 2
       assert len({r["learned"] for r in rows}) == thetas and len(rows) == 3 * thetas, name
       assert {r["num_tasks"] for r in rows} == {tasks}, name
   rows = [r for r in found if r["evaluation"] == "l_valid_alternatives/horizon_1000"]
