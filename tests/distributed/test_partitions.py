@@ -35,6 +35,10 @@ CUT_SECS = 60  # How long a partition lasts (docs/cluster.md).
 CHIEF_TIMEOUT_SECS = 120  # bin/worker --chief_timeout_secs here (default 600): past a cut...
 NEVER_BACK_TIMEOUT_SECS = 30  # ...except for the worker whose link never comes back.
 BACK_WITHIN_SECS = 60  # A healed worker's sample is applied within this (docs/cluster.md).
+# The cluster's niceness. These tests last as long as their cuts, whatever the processes compute
+# meanwhile, and the workers compute samples as fast as they can: niced, they leave the cores to
+# the suite's other tests instead of drawing samples no assertion needs.
+NICE = 10
 
 
 @pytest.fixture
@@ -119,6 +123,7 @@ def test_workers_and_the_chief_cut_off_then_healed(network_of, clusters, tmp_pat
     BINDINGS + ["outer_training.batch_size = 4"],
     network,
     worker_flags=[f"--chief_timeout_secs={CHIEF_TIMEOUT_SECS}"],
+    nice=NICE,
   )
   clusters.append(cluster)
   for name in cluster.names:
@@ -240,7 +245,13 @@ def test_a_cut_in_the_middle_of_a_put_and_of_a_theta_read(network_of, clusters, 
   network, measured = network_of(3), {}
   wide = ["MLPLOpt.hidden_size = 256", "outer_training.batch_size = 2"]
   cluster = hosts.HostCluster(
-    str(tmp_path / "train"), 2, GIN, BINDINGS + wide, network, ["--chief_timeout_secs=120"]
+    str(tmp_path / "train"),
+    2,
+    GIN,
+    BINDINGS + wide,
+    network,
+    ["--chief_timeout_secs=120"],
+    nice=NICE,
   )
   clusters.append(cluster)
   cluster.start_all()

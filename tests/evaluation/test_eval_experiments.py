@@ -89,6 +89,8 @@ EXPERIMENTS = {
   "out_of_family/mlp_2x32.gin": (("adam",), SHIPPED_THETAS),
   "out_of_family/mlp_3x128.gin": (("adam",), SHIPPED_THETAS),
   "digits/mlp_2x32.gin": (("adam",), SHIPPED_THETAS),
+  "digits/conv3.gin": (("adam",), SHIPPED_THETAS),
+  "digits/conv6.gin": (("adam",), SHIPPED_THETAS),
 }
 # Files given after an experiment's (a second --gin_file), not experiments themselves;
 # tests/test_gin_config.py builds each after its base.
