@@ -51,7 +51,8 @@ OUT_OF_FAMILY_TABLE = "summary.md"
 # decay past the horizon (*_past_horizon_decay), and the mixed run without its relative step cap
 # (mixed_without_relative_cap, seed 4); capped: the four batch-normed and paper-family thetas with
 # one update, the guarded one with the mixed theta's relative step cap at use time (seed 5's tasks
-# and Adam's runs, as the mixed theta's).
+# and Adam's runs, as the mixed theta's); digits_conv<n>: App. E's convnets on the real digits,
+# every theta with that update (the mixed one too) and, for conv3, as in bn_cnn and cnn.
 APP_E = (
   tuple(
     f"{problem}/{thetas}"
@@ -93,6 +94,8 @@ APP_E = (
     )
   )
   + ("digits_mlp_2x32/capped_past_horizon_decay",)
+  + tuple(f"digits_conv{n}/capped_past_horizon_decay" for n in (3, 6))
+  + ("digits_conv3/bn_cnn", "digits_conv3/cnn")
 )
 OUT_OF_FAMILY = {
   "out_of_family": (
