@@ -286,7 +286,7 @@ def test_the_rule_finds_a_shared_task_seed_and_classes():
 def test_a_choice_that_concerns_one_theta_binds_only_the_evaluations_reporting_it(audited):
   entries = ledger.read()
   cap = next(c for c in entries["choices"] if c.get("concerns"))
-  assert cap["concerns"][0] == "mixed_app_e_valid"  # And the four thetas it is given to capped.
+  assert cap["concerns"][0] == "mixed_app_e_valid"  # Then the four thetas it is given to.
   reporting = next(e for e in entries["evaluations"] if e.get("thetas") == cap["concerns"])
   other = next(e for e in entries["evaluations"] if e["name"] == "App. E, seed 4: mlp_2x32")
   assert ledger.concerned(reporting, cap) and not ledger.concerned(other, cap)

@@ -268,7 +268,7 @@ def test_unfused_relu_on_one_thread_matches_the_reference(monkeypatch, cnn_task)
   """With one intra-op thread the hidden layer's ReLU is an op of its own; same numbers."""
   params, grads, fast, reference, op_types = _cnn_update(cnn_task)
 
-  # The suite may itself run on one intra-op thread (tests/conftest.py): say which is asked.
+  # This process may itself run on one intra-op thread: each case says which it asks for.
   monkeypatch.setattr(tf.config.threading, "get_intra_op_parallelism_threads", lambda: 0)
   assert "BiasAdd" in op_types()  # The zero bias that lets grappler fuse the ReLU.
   monkeypatch.setattr(tf.config.threading, "get_intra_op_parallelism_threads", lambda: 1)
