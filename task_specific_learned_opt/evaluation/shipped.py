@@ -2,7 +2,9 @@
 
 The evaluations shipped in pretrained/ keep, for each comparison, the per-task differences
 (baseline minus learned, inits averaged): pretrained/fig6/evaluation/summary.json (every Fig. 6
-baseline, both thetas), pretrained/app_f/evaluation/summary.json (App. F's searched RMSProp and
+baseline, both thetas), pretrained/fig6/adam_reg_decay_1000/evaluation/summary.json (both thetas
+against the 1,000-configuration Adam+Reg+Decay search's winners, on other tasks),
+pretrained/app_f/evaluation/summary.json (App. F's searched RMSProp and
 SGD+momentum on the same tasks), pretrained/generated_bn_cnn_train/evaluation/evaluation.json
 (the L_train theta's first evaluation), pretrained/out_of_family/<problem>/summary.json and
 pretrained/app_e/<problem>/<thetas>/summary.json (App. E) and
@@ -98,6 +100,7 @@ OUT_OF_FAMILY = {
 # {name: directory under pretrained/}, in the order they are written.
 EVALUATIONS = {
   "fig6": "fig6/evaluation",
+  "fig6_adam_reg_decay_1000": "fig6/adam_reg_decay_1000/evaluation",
   "app_f": "app_f/evaluation",
   "generated_bn_cnn_train": "generated_bn_cnn_train/evaluation",
   **{f"{d}/{name}": f"{d}/{name}" for d, names in OUT_OF_FAMILY.items() for name in names},
@@ -109,6 +112,7 @@ EVALUATIONS = {
 # The evaluations whose histograms are shipped (Fig. 6c).
 WITH_HISTOGRAMS = (
   "fig6",
+  "fig6_adam_reg_decay_1000",
   "app_f",
   "generated_bn_cnn_train",
   "paper_family",

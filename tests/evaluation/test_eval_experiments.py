@@ -54,6 +54,12 @@ EXPERIMENTS = {
     },
     ("train", "valid"),
   ),
+  "pretrained_adam_reg_decay_1000.gin": (
+    (),
+    SHIPPED_THETAS,
+    ("train", "valid"),
+    ("pretrained/fig6/adam_reg_decay_1000/L_{o}/best.json", ("adam",)),
+  ),
   "pretrained_app_f.gin": (
     (),
     {
