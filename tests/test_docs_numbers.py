@@ -605,6 +605,20 @@ def _pretrained_doc_section(title):
     return f.read().split(f"### {title}", 1)[1].split("\n### ", 1)[0]
 
 
+def _assert_theta_metric_table(text, records):
+  """Every comparison in `records` is a cell of the doc table in `text` whose rows are
+  "| <theta>, <metric> | <theta's mean> | ... <baseline's mean>: <claim> ... |"."""
+  names = {"mean_loss": "mean training loss", "mean_test_loss": "mean test loss"}
+  names["final_test_loss"] = "final test loss"
+  rows = {
+    line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line[:3] == "| L"
+  }
+  for r in records:
+    row = rows[f"{r['learned']}, {names[r['metric']]}"]
+    assert f"| {r['learned_mean_loss']:.3f} |" in row
+    assert f"{r['baseline_mean_loss']:.3f}: {statistics.claim(r)}" in row, (r["baseline"], row)
+
+
 def test_the_bn_familys_search_at_1000_in_the_docs_is_its_shipped_results():
   records = _search_records(BN_SEARCH_AT_1000)
   assert len(records) == 1000 and {r["kind"] for r in records} == {"adam"}
@@ -647,17 +661,9 @@ def test_the_bn_familys_search_at_1000_repeats_the_100_configuration_searches_ru
 
 def test_the_bn_familys_search_at_1000_table_is_its_shipped_evaluation(found):
   text = _pretrained_doc_section("Adam+Reg+Decay searched at 1,000 configurations")
-  names = {"mean_loss": "mean training loss", "mean_test_loss": "mean test loss"}
-  names["final_test_loss"] = "final test loss"
-  rows = {
-    line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line[:4] == "| L_"
-  }
   records = [r for r in found if r["evaluation"] == "fig6_adam_reg_decay_1000"]
   assert len(records) == 2 * 3  # Two thetas, three metrics, each against its objective's winner.
-  for r in records:
-    row = rows[f"{r['learned']}, {names[r['metric']]}"]
-    assert f"| {r['learned_mean_loss']:.3f} |" in row
-    assert f"{r['baseline_mean_loss']:.3f}: {statistics.claim(r)}" in row, (r["baseline"], row)
+  _assert_theta_metric_table(text, records)
   # The L_train theta's mean training loss here and on Fig. 6's tasks.
   (here,) = _rows(found, "fig6_adam_reg_decay_1000", "L_train", "mean_loss")
   (there,) = _rows(found, "fig6", "L_train", "mean_loss", ["adam+reg+decay (L_train)"])
@@ -671,14 +677,6 @@ def test_the_bn_familys_search_at_1000_table_is_its_shipped_evaluation(found):
 def test_the_papers_family_5_init_table_is_the_shipped_evaluation(found):
   with open(os.path.join(testing_utils.REPO, "docs", "paper_family.md")) as f:
     text = f.read().split("### 20 tasks x 5 inits (the headline)", 1)[1].split("###", 1)[0]
-  names = {"mean_loss": "mean training loss", "mean_test_loss": "mean test loss"}
-  names["final_test_loss"] = "final test loss"
-  rows = {
-    line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line[:3] == "| L"
-  }
   records = [r for r in found if r["evaluation"] == "paper_family_5_inits"]
   assert len(records) == 2 * 3 * 5  # Two thetas, three metrics, five baselines.
-  for r in records:  # Every one is a cell of the table.
-    row = rows[f"{r['learned']}, {names[r['metric']]}"]
-    assert f"| {r['learned_mean_loss']:.3f} |" in row
-    assert f"{r['baseline_mean_loss']:.3f}: {statistics.claim(r)}" in row, (r["baseline"], row)
+  _assert_theta_metric_table(text, records)
