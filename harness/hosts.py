@@ -29,6 +29,9 @@ from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.learned_optimizers import mlp_lopt
 
 PORT = 2222
+# cgroup v1's CPU controller, where a cluster's CPU can be capped (cap_cpu).
+CPU_CGROUPS = "/sys/fs/cgroup/cpu"
+CPU_PERIOD_US = 100_000
 WORKER_PUT = re.compile(r"worker \d+: sample (\d+) at")
 # An absl log line's prefix: severity, MMDD, HH:MM:SS.micros.
 LOG_TIME = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d\.\d+) ")
@@ -90,6 +93,7 @@ class HostCluster:
     self.nice = int(nice)
     os.makedirs(self.log_dir, exist_ok=True)
     self.processes, self.starts, self.logs = {}, {}, {}
+    self.cgroup: str | None = None
 
   def host(self, name: str) -> int:
     """The network host `name` runs on."""
@@ -115,7 +119,41 @@ class HostCluster:
         command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
       )
     self.starts[name] = time.time()
+    if self.cgroup is not None:
+      self._join_cgroup(self.processes[name].pid)
     return self.processes[name]
+
+  def cap_cpu(self, cores: float) -> str | None:
+    """Caps the CPU time of the cluster's processes, running and later started, to `cores`
+    cores in all (a cgroup of the CPU controller); None if capped, else why it could not be.
+
+    Tests whose processes compute samples as fast as they can while the test waits out a
+    fault call it once the cluster is up: what they check needs a few samples a second, and
+    the cores go to whatever else the machine runs.
+    """
+    path = os.path.join(CPU_CGROUPS, f"tslo_cluster_{os.getpid()}_{id(self)}")
+    try:
+      os.makedirs(path, exist_ok=True)
+      with open(os.path.join(path, "cpu.cfs_period_us"), "w") as f:
+        f.write(str(CPU_PERIOD_US))
+      with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as f:
+        f.write(str(int(cores * CPU_PERIOD_US)))
+    except OSError as e:
+      if os.path.isdir(path):
+        os.rmdir(path)
+      return f"no CPU cgroup at {CPU_CGROUPS}: {e}"
+    self.cgroup = path
+    for process in self.processes.values():
+      if process.poll() is None:
+        self._join_cgroup(process.pid)
+    return None
+
+  def _join_cgroup(self, pid: int) -> None:
+    try:
+      with open(os.path.join(self.cgroup, "cgroup.procs"), "w") as f:
+        f.write(str(pid))
+    except ProcessLookupError:
+      pass  # It has exited already.
 
   def start_all(self) -> None:
     """Starts the chief and every worker."""
@@ -217,6 +255,12 @@ class HostCluster:
       if process.poll() is None:
         process.kill()
         process.wait(timeout=60)
+    if self.cgroup is not None:
+      try:
+        os.rmdir(self.cgroup)  # Empty once its processes have exited.
+      except OSError:
+        pass
+      self.cgroup = None
 
 
 def invariants(train_dir: str, lopt: lopt_base.LearnedOptimizer | None = None) -> dict:

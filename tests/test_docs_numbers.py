@@ -680,3 +680,52 @@ def test_the_papers_family_5_init_table_is_the_shipped_evaluation(found):
   records = [r for r in found if r["evaluation"] == "paper_family_5_inits"]
   assert len(records) == 2 * 3 * 5  # Two thetas, three metrics, five baselines.
   _assert_theta_metric_table(text, records)
+
+
+def test_the_partitions_table_is_what_the_partition_tests_measured():
+  measured = _benchmark("partitions.json")
+  with open(os.path.join(testing_utils.REPO, "docs", "cluster.md")) as f:
+    text = f.read()
+  section = text[text.index("## Partitions") : text.index("After all of them, in the same run")]
+  cells = {
+    row.split("|")[1].strip(): row.split("|")[3]
+    for row in re.findall(r"^\| (?:a|the) .*", section, re.M)
+  }
+
+  def numbers(cell):
+    return sorted(float(n.replace(",", "")) for n in re.findall(r"\d[\d,]*(?:\.\d+)?", cell))
+
+  def of(*keys, extra=()):
+    return sorted([round(measured[k], 1) for k in keys] + list(extra))
+
+  cut = measured["cut_secs"]
+  workers = [f"worker {w}" for w in (0, 1, 3)]
+  chief_back = {round(measured[f"chief healed: {w} applied again after"], 1) for w in workers}
+  expected = {
+    f"a worker cut off for {cut} s, then healed": of(
+      "outer steps while worker 0 was cut",
+      "worker cut: detected after",
+      "worker healed: applied again after",
+    ),
+    f"the chief cut off from every worker for {cut} s, then healed": of(
+      *[f"chief cut: {w} detected after" for w in workers], extra=[15, *chief_back]
+    ),
+    "a cut in the middle of a sample's put": of(
+      "cut mid-put: detected after",
+      "cut mid-put: applied again after the heal",
+      extra=[4866, 128, 2.5],
+    ),
+    "a cut in the middle of a theta read": of(
+      "cut mid-read: detected after", "cut mid-read: applied again after the heal"
+    ),
+    f"a link flapping (down 3 s, up 3 s) for {cut} s": of(
+      "flapping worker: samples applied while flapping"
+    ),
+    "a worker whose link never comes back": of("worker never back: exited after", extra=[1, 30]),
+  }
+  assert set(cells) == set(expected)
+  for row, values in expected.items():
+    assert numbers(cells[row]) == values, row
+  back = [v for k, v in measured.items() if "applied again" in k]
+  assert f"measured: {min(back):.1f}-{max(back):.1f} s." in " ".join(section.split())
+  assert f"The tests cut for {cut} s" in " ".join(section.split())

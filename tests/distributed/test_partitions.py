@@ -31,14 +31,21 @@ BINDINGS = [  # The quickstart's machinery on quadratic tasks, which compile in 
   "outer_training.num_outer_steps = 1000000",  # Until the test stops the chief (SIGTERM).
   "run_chief.linger_secs = 5",
 ]
-CUT_SECS = 60  # How long a partition lasts (docs/cluster.md).
+CUT_SECS = 30  # How long a partition lasts (docs/cluster.md): past the 20 s a call can take.
 CHIEF_TIMEOUT_SECS = 120  # bin/worker --chief_timeout_secs here (default 600): past a cut...
 NEVER_BACK_TIMEOUT_SECS = 30  # ...except for the worker whose link never comes back.
 BACK_WITHIN_SECS = 60  # A healed worker's sample is applied within this (docs/cluster.md).
+# `pytest -s` prints what the tests measured; with PARTITIONS_RESULTS=<file.json> it is also
+# written there (benchmarks/results/partitions.json holds the figures of docs/cluster.md).
+RESULTS_ENV = "PARTITIONS_RESULTS"
 # The cluster's niceness. These tests last as long as their cuts, whatever the processes compute
 # meanwhile, and the workers compute samples as fast as they can: niced, they leave the cores to
 # the suite's other tests instead of drawing samples no assertion needs.
 NICE = 10
+# Once it is up, the CPU a cluster may use in all (HostCluster.cap_cpu), where the machine allows
+# it: the chief alone would otherwise take half a core applying hundreds of steps during a cut,
+# where the tests need a few.
+CLUSTER_CORES = 0.3
 
 
 @pytest.fixture
@@ -74,6 +81,33 @@ def test_a_network_is_removed_when_its_test_fails(network_of):
   assert not [n for n in netns.namespaces() if n.startswith(network.tag)]
 
 
+def test_a_capped_clusters_processes_share_the_cap_and_leave_no_cgroup(tmp_path):
+  cluster = hosts.HostCluster(str(tmp_path / "train"), 1, GIN, BINDINGS)
+  busy = [sys.executable, "-c", "while True: pass"]
+  cluster.processes["chief"] = subprocess.Popen(busy)
+  try:
+    why = cluster.cap_cpu(0.1)
+    if why is not None:
+      pytest.skip(why)
+    cluster.processes["worker0"] = subprocess.Popen(busy)  # As start() does for a later start.
+    cluster._join_cgroup(cluster.processes["worker0"].pid)
+    with open(os.path.join(cluster.cgroup, "cgroup.procs")) as f:
+      members = {int(line) for line in f}
+    assert members == {p.pid for p in cluster.processes.values()}
+    with open(os.path.join(cluster.cgroup, "cpu.cfs_quota_us")) as f:
+      assert int(f.read()) == int(0.1 * hosts.CPU_PERIOD_US)
+    with open(os.path.join(cluster.cgroup, "cpu.stat")) as f:
+      before = dict(line.split() for line in f)
+    time.sleep(1.0)
+    with open(os.path.join(cluster.cgroup, "cpu.stat")) as f:
+      after = dict(line.split() for line in f)
+    assert int(after["nr_throttled"]) > int(before["nr_throttled"])  # Two busy loops held back.
+    path = cluster.cgroup
+  finally:
+    cluster.kill_all()
+  assert cluster.cgroup is None and not os.path.exists(path)
+
+
 def test_hosts_reach_each_other_until_cut_and_again_once_healed(network_of):
   network = network_of(2)
   listen = "import socket,time; s=socket.socket(); s.bind(('', 5000)); s.listen(); time.sleep(60)"
@@ -98,6 +132,23 @@ def test_hosts_reach_each_other_until_cut_and_again_once_healed(network_of):
   finally:
     server.kill()
     server.wait()
+
+
+def _report(measured):
+  """Prints what a test measured and adds it to the file PARTITIONS_RESULTS names, if any."""
+  print(json.dumps(measured, indent=1))
+  path = os.environ.get(RESULTS_ENV)
+  if not path:
+    return
+  written = {}
+  if os.path.exists(path):
+    with open(path) as f:
+      written = json.load(f)
+  written.update({k: round(v, 1) if isinstance(v, float) else v for k, v in measured.items()})
+  written["cut_secs"] = CUT_SECS
+  with open(path, "w") as f:
+    json.dump(dict(sorted(written.items())), f, indent=1)
+    f.write("\n")
 
 
 def _applied_by(cluster, first_step, last_step):
@@ -133,6 +184,7 @@ def test_workers_and_the_chief_cut_off_then_healed(network_of, clusters, tmp_pat
   for worker in range(4):  # Everyone is contributing before the faults.
     back = cluster.wait_for_worker(worker, 0, timeout=120)
     assert back is not None, cluster.log(f"worker{worker}")
+  cluster.cap_cpu(CLUSTER_CORES)
 
   measured = {}
   cut_at, cut_step = time.time(), cluster.outer_step()
@@ -215,7 +267,7 @@ def test_workers_and_the_chief_cut_off_then_healed(network_of, clusters, tmp_pat
   assert checks["theta_finite"] and checks["theta_export_equals_last_checkpoint"], checks
   for name in ("chief", "worker0", "worker1", "worker3"):
     assert "Traceback" not in cluster.log(name), cluster.log(name)[-3000:]
-  print(json.dumps(measured, indent=1))  # The figures of docs/cluster.md (pytest -s).
+  _report(measured)
 
 
 def _wait_for_transfer(network, host, direction, timeout=60):
@@ -256,6 +308,7 @@ def test_a_cut_in_the_middle_of_a_put_and_of_a_theta_read(network_of, clusters, 
   clusters.append(cluster)
   cluster.start_all()
   cluster.wait_for_step(3, timeout=240)
+  cluster.cap_cpu(CLUSTER_CORES)
   for direction, message in (("put", "while putting a sample"), ("read", "while reading theta")):
     network.slow(1, 128)
     assert _wait_for_transfer(network, 1, direction), f"worker 0 never {direction}"
@@ -274,4 +327,4 @@ def test_a_cut_in_the_middle_of_a_put_and_of_a_theta_read(network_of, clusters, 
   checks = hosts.invariants(cluster.train_dir, mlp_lopt.MLPLOpt(hidden_size=256))
   assert checks["steps_each_once_in_order"] and checks["no_sample_applied_twice"], checks
   assert checks["theta_finite"] and checks["theta_export_equals_last_checkpoint"], checks
-  print(json.dumps(measured, indent=1))
+  _report(measured)
