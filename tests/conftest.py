@@ -31,7 +31,8 @@ def no_stop_request():
 
 
 # Tests that make network namespaces, loop devices or clusters of processes run one after the
-# other in one pytest-xdist worker; the rest are spread over the workers (-n 2 --dist loadgroup).
+# other in one pytest-xdist worker; the rest are spread over the workers (-n 3 --dist loadgroup:
+# the grouped tests mostly wait on their processes, so a third worker takes the core they leave).
 _ONE_AT_A_TIME = ("test_partitions.py", "test_disk_faults.py", "test_cluster.py")
 _GROUP = "system"
 
