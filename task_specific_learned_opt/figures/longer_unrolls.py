@@ -264,10 +264,12 @@ class LongerUnrolls(runner.Experiment):
 
   def _optimizers(self, template: task_base.Task) -> dict[str, tuple[CompiledRun, Any]]:
     """{name: (compiled run, values)} of every learned variant and every Adam learning rate."""
-    runs = {}
+    runs, compiled = {}, {}
     for name, lopt in self.lopts.items():
       theta = checkpoints.load_theta(self.theta_dirs[name], lopt)
-      runs[name] = (CompiledRun(template, lopt.opt_fn, self.num_eval_batches, lopt), theta)
+      if lopt.options not in compiled:  # Variants that differ only in theta share one trace.
+        compiled[lopt.options] = CompiledRun(template, lopt.opt_fn, self.num_eval_batches, lopt)
+      runs[name] = (compiled[lopt.options], theta)
     make_adam = CompiledRun(template, lambda lr: adam.Adam(learning_rate=lr), self.num_eval_batches)
     for lr in self.adam_learning_rates:
       runs[adam_name(lr)] = (make_adam, tf.constant(lr, tf.float32))
