@@ -108,11 +108,13 @@ _COMPILED_LOCK = threading.Lock()  # Runs may be evaluated in threads (parallel_
 def _compiled(
   family: task_base.TaskFamily, task: task_base.Task, make: _Make, num_eval_batches: int
 ) -> _Compiled:
-  key = (id(family), task.trace_key, id(make), num_eval_batches)
+  # `make` by equality: the bound opt_fn of one learned optimizer is a new object each time it is
+  # read, and equal to the others, so the candidates of one lopt (thetas) share one trace.
+  key = (id(family), task.trace_key, make, num_eval_batches)
   with _COMPILED_LOCK:
     if key not in _COMPILED:
-      # Holding family and make keeps their ids from being reused by other objects.
-      _COMPILED[key] = (_Compiled(task, make, num_eval_batches), family, make)
+      # Holding family keeps its id from being reused by another object.
+      _COMPILED[key] = (_Compiled(task, make, num_eval_batches), family)
     return _COMPILED[key][0]
 
 
