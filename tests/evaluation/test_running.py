@@ -137,6 +137,25 @@ def test_a_learned_optimizers_runs_are_not_taken_for_the_same_theta_with_another
   assert len(cache) == 2  # Taken from the cache this time.
 
 
+def test_the_thetas_of_one_learned_optimizer_share_one_trace_and_another_optimizer_does_not():
+  """An evaluator evaluates snapshot after snapshot: each is traced once per family, not once
+  per snapshot (lopt.opt_fn is a new bound method each time it is read)."""
+  family = quadratic.QuadraticFamily(dim=2)
+  runs = protocol.HeldOutProtocol(family, num_tasks=1, num_inits=1, num_steps=4, num_points=2)
+  lopt, other = mlp_lopt.MLPLOpt(), mlp_lopt.MLPLOpt()
+  before = len(running._COMPILED)
+  evaluated = [
+    running.evaluate_candidates(runs, [candidates.learned("L", lopt, lopt.init(seed))])
+    for seed in (0, 1, 2)
+  ]
+  assert len(running._COMPILED) == before + 1
+  assert not np.array_equal(  # Three thetas, three runs: the shared trace takes theta as input.
+    evaluated[0]["results"]["L"]["train_loss"], evaluated[1]["results"]["L"]["train_loss"]
+  )
+  running.evaluate_candidates(runs, [candidates.learned("L", other, other.init(0))])
+  assert len(running._COMPILED) == before + 2  # Another instance may be configured otherwise.
+
+
 def test_a_mixtures_runs_are_those_of_its_members_alone():
   # Runs share compiled functions by family and task trace key: a CNN task and an MLP task of
   # one mixture each run their own network.
