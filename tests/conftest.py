@@ -42,6 +42,14 @@ def pytest_collection_modifyitems(config, items):
   for item in items:
     if item.path.name in _ONE_AT_A_TIME:
       item.add_marker(pytest.mark.xdist_group(_GROUP))
+  # The grouped tests, then the integration tests, then the rest, each in collection order: the
+  # long tests start early and the short ones fill the end, so no worker waits alone at the end
+  # for one long test.
+  items.sort(
+    key=lambda item: (
+      0 if item.path.name in _ONE_AT_A_TIME else 1 if item.get_closest_marker("integration") else 2
+    )
+  )
 
 
 def pytest_configure(config):
