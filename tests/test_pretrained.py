@@ -134,6 +134,7 @@ def test_a_short_evaluation_of_the_shipped_theta_runs_and_trains_held_out_tasks(
       "evaluate.num_steps = 60",
       "evaluate.num_points = 4",
       "evaluate.learning_rates = (1e-3, 1e-2)",
+      "evaluate.timing_rounds = 0",  # The wall-clock curves: tests/evaluation/test_wallclock.py.
     ],
   )
   result = held_out.evaluate(str(tmp_path), {"shipped": "pretrained/generated_bn_cnn_train/theta"})
