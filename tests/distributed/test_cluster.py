@@ -1,12 +1,12 @@
 """The cluster roles as real bin/chief and bin/worker processes on loopback.
 
-The multi-process tests start bin/chief and bin/worker as separate processes. Where a network
-namespace can be made (`unshare -n`, as root), each such test re-runs itself inside a fresh one
-that has only loopback, so no test server is reachable from outside; elsewhere it runs on plain
-loopback.
+The multi-process tests start bin/chief and bin/worker as separate processes. Where network
+namespaces can be made (as root, with `ip`), a test's processes run in a namespace of their own
+(harness/netns.py, a network of one host) and talk over its loopback, so no test server is
+reachable from outside or from another test's processes; elsewhere they run on plain loopback.
 """
 
-import functools
+import itertools
 import json
 import os
 import signal
@@ -20,6 +20,7 @@ import pytest
 import tensorflow as tf
 import testing_utils
 
+from harness import netns
 from task_specific_learned_opt import checkpoints, layout
 from task_specific_learned_opt.distributed import (
   cluster,
@@ -32,43 +33,30 @@ from task_specific_learned_opt.learned_optimizers import mlp_lopt
 from task_specific_learned_opt.outer.estimators import persistent_es, registry
 from task_specific_learned_opt.tasks import quadratic
 
-NAMESPACE_VARIABLE = "TASK_SPECIFIC_LEARNED_OPT_IN_NETNS"
-CLUSTER = {"chief": ["localhost:2222"], "worker": ["localhost:2223", "127.0.0.1:2224"]}
-
 # ---------------------------------------------------------------------------------------------
 # Real processes.
 
 
-@functools.cache
-def _can_make_namespace() -> bool:
+_NETWORKS = itertools.count()  # Tags: one process's networks need different names.
+
+
+@pytest.fixture
+def host():
+  """A network namespace for a test's processes (host 0 of a one-host netns.TestNetwork), or
+  None where none can be made (they then run on this machine's loopback)."""
+  if netns.unavailable() is not None:
+    yield None
+    return
+  network = netns.TestNetwork(1, tag=f"c{next(_NETWORKS)}")
   try:
-    done = subprocess.run(
-      ["unshare", "-n", "sh", "-c", "ip link set lo up"], capture_output=True, timeout=20
-    )
-  except (OSError, subprocess.TimeoutExpired):
-    return False
-  return done.returncode == 0
+    yield network
+  finally:
+    network.close()
 
 
-def _reran_in_namespace(request) -> bool:
-  """Runs this test again inside a loopback-only network namespace; False: run it here."""
-  if os.environ.get(NAMESPACE_VARIABLE) == "1" or not _can_make_namespace():
-    return False
-  node = f"{request.node.path}::{request.node.name}"
-  command = (
-    f"ip link set lo up && {NAMESPACE_VARIABLE}=1 exec {sys.executable} -m pytest -q -x -n 0 "
-    f"-p no:cacheprovider '{node}'"
-  )
-  done = subprocess.run(
-    ["unshare", "-n", "sh", "-c", command],
-    cwd=testing_utils.REPO,
-    capture_output=True,
-    text=True,
-    timeout=600,
-  )
-  assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
-  assert "1 passed" in done.stdout, done.stdout[-3000:]
-  return True
+def _on(host, args):
+  """`args` run in `host`'s namespace (the process keeps its PID), or here if host is None."""
+  return args if host is None else host.command(0, args)
 
 
 SMOKE = [
@@ -98,8 +86,9 @@ EVALUATOR = [  # A small evaluation on quadratic tasks, every 2 outer steps.
 class Cluster:
   """bin/chief and bin/worker processes with logs in a directory; all killed at the end."""
 
-  def __init__(self, directory, num_workers, steps):
+  def __init__(self, directory, num_workers, steps, host=None):
     self.directory = directory
+    self.host = host
     self.steps = steps  # Chief and workers must be given the same experiment.
     self.spec = launch.loopback_cluster(num_workers)
     self.train_dir = os.path.join(directory, "train")
@@ -118,7 +107,8 @@ class Cluster:
       args.append(f"--train_dir={self.train_dir}")
     log = open(os.path.join(self.directory, f"{name}.log"), "w")
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
-    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+    process = subprocess.Popen(_on(self.host, args), stdout=log, stderr=subprocess.STDOUT, env=env)
+    process.args = args  # Without the namespace's prefix: args[1] names the binary.
     process.log_path = log.name
     self.processes.append(process)
     return process
@@ -151,11 +141,11 @@ class Cluster:
 
 
 @pytest.fixture
-def make_cluster(tmp_path):
+def make_cluster(tmp_path, host):
   clusters = []
 
   def make(num_workers, steps=8):
-    clusters.append(Cluster(str(tmp_path), num_workers, steps))
+    clusters.append(Cluster(str(tmp_path), num_workers, steps, host))
     return clusters[-1]
 
   yield make
@@ -173,9 +163,7 @@ def _wait(process, timeout=240):
 
 
 @pytest.mark.integration
-def test_two_workers_a_killed_worker_and_a_mismatched_one(request, make_cluster):
-  if _reran_in_namespace(request):
-    return
+def test_two_workers_a_killed_worker_and_a_mismatched_one(make_cluster):
   c = make_cluster(num_workers=2, steps=10)
   chief = c.start("chief", "chief")
   c.start("worker", "worker0", "--task_index=0")
@@ -210,9 +198,7 @@ def test_two_workers_a_killed_worker_and_a_mismatched_one(request, make_cluster)
 
 @pytest.mark.integration
 @pytest.mark.parametrize("stop", ["SIGKILL", "SIGTERM"])
-def test_a_chief_restarted_at_once_resumes_and_its_workers_carry_on(request, make_cluster, stop):
-  if _reran_in_namespace(request):
-    return
+def test_a_chief_restarted_at_once_resumes_and_its_workers_carry_on(make_cluster, stop):
   c = make_cluster(num_workers=2, steps=10)
   chief = c.start("chief", "chief")
   workers = [c.start("worker", f"worker{i}", f"--task_index={i}") for i in range(2)]
@@ -240,10 +226,8 @@ def tf_latest_step(train_dir):
 
 @pytest.mark.integration
 def test_sigterm_stops_chief_and_worker_cleanly_and_a_train_dir_keeps_its_experiment(
-  request, make_cluster
+  make_cluster,
 ):
-  if _reran_in_namespace(request):
-    return
   c = make_cluster(num_workers=1, steps=100000)  # Still training when SIGTERM comes.
   lonely = c.start("worker", "lonely", "--task_index=0", "--chief_timeout_secs=3")
   assert _wait(lonely, timeout=120) == 1
@@ -279,9 +263,7 @@ def test_sigterm_stops_chief_and_worker_cleanly_and_a_train_dir_keeps_its_experi
 
 
 @pytest.mark.integration
-def test_launch_local_runs_a_chief_and_workers_to_the_end(request, tmp_path):
-  if _reran_in_namespace(request):
-    return
+def test_launch_local_runs_a_chief_and_workers_to_the_end(tmp_path, host):
   train_dir = tmp_path / "train"
   args = [
     sys.executable,
@@ -293,7 +275,7 @@ def test_launch_local_runs_a_chief_and_workers_to_the_end(request, tmp_path):
     *[f"--gin_bindings={b}" for b in SMOKE + EVALUATOR + ["outer_training.num_outer_steps = 3"]],
   ]
   env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
-  done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+  done = subprocess.run(_on(host, args), capture_output=True, text=True, timeout=300, env=env)
   assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
   assert "Started a chief" in done.stderr and "and an evaluator" in done.stderr
   assert [r["outer_step"] for r in progress.read_records(str(train_dir))] == [1, 2, 3]
