@@ -115,7 +115,10 @@ class ChiefFiles:
 
     Between the index naming a new checkpoint and the index reaching the disk, a failing disk
     may keep either index: both checkpoints are whole (the new one's data is on the disk before
-    the index names it), and the words name both.
+    the index names it), and the words name both. The index counts as on the disk only once the
+    save has finished: an fsync on a file system that has just turned read-only (ext4's
+    errors=remount-ro) can return without writing, and only the save's later writes show that
+    the disk still took them.
     """
     latest = self.manager.latest_checkpoint
     if latest is None:
@@ -215,7 +218,6 @@ class ChiefFiles:
         self._index_unsynced = True
         saved = self.manager.save(checkpoint_number=step, options=options)
         self._sync_checkpoint(saved)
-        self._index_unsynced = False
         theta_dir = layout.theta_dir(self.train_dir)
         card = self._card({"outer_step": step, "inner_steps": self.inner_steps.total})
         checkpoints.save_theta(theta_dir, self.chief.theta(), info={"outer_step": step}, card=card)
@@ -223,6 +225,7 @@ class ChiefFiles:
         checkpoints.write_operative_config(self.train_dir)
         self.recorder.plot(self.title)
         self.recorder.writer.flush()
+        self._index_unsynced = False  # Written after the index's fsync: that one wrote (kept()).
       except (OSError, tf.errors.OpError) as e:
         if files.disk_problem(e) is not None:
           raise  # _disk_checked's line.

@@ -172,6 +172,30 @@ def test_a_disk_failing_before_the_new_index_is_flushed_names_both_checkpoints(
   ), message
 
 
+def test_a_disk_turning_read_only_after_the_index_was_flushed_names_both_checkpoints(
+  tmp_path, monkeypatch
+):
+  # ext4 remounted read-only by an error returns from an fsync without writing: the index's
+  # flush "succeeds", the theta export after it fails, and the disk may keep the old index.
+  files = _files(tmp_path, steps=2)
+
+  def save_theta(*args, **kwargs):
+    raise OSError(30, "Read-only file system", str(tmp_path / "theta"))
+
+  monkeypatch.setattr(chief_files.checkpoints, "save_theta", save_theta)
+  files.chief.outer_step.assign_add(3)
+  files.recorded_step = files.chief.step
+  with pytest.raises(Exception) as raised:
+    files.save()
+  message = str(raised.value)
+  assert "ckpt-5 (outer step 5; or ckpt-2 if the disk lost the index naming it), is intact" in (
+    message
+  ), message
+  monkeypatch.undo()
+  files.save()  # The same step again, to the end: its index is known to be on the disk.
+  assert files.kept() == "The last complete checkpoint, ckpt-5 (outer step 5), is intact"
+
+
 def test_the_records_up_to_a_checkpoint_are_on_the_disk_before_its_index_names_it(
   tmp_path, monkeypatch
 ):
