@@ -12,6 +12,7 @@ checks from the chief's train dir what must hold after any fault (`invariants`):
 Used by tests/distributed/test_partitions.py and benchmarks/soak.py.
 """
 
+import contextlib
 import os
 import re
 import signal
@@ -32,6 +33,7 @@ PORT = 2222
 # cgroup v1's CPU controller, where a cluster's CPU can be capped (cap_cpu).
 CPU_CGROUPS = "/sys/fs/cgroup/cpu"
 CPU_PERIOD_US = 100_000
+_CGROUP = re.compile(r"^tslo_cluster_(\d+)_\d+$")
 WORKER_PUT = re.compile(r"worker \d+: sample (\d+) at")
 # An absl log line's prefix: severity, MMDD, HH:MM:SS.micros.
 LOG_TIME = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d\.\d+) ")
@@ -133,6 +135,11 @@ class HostCluster:
     """
     if not os.path.exists(os.path.join(CPU_CGROUPS, "cpu.cfs_quota_us")):
       return f"no cgroup v1 CPU controller at {CPU_CGROUPS}"  # Nothing is made elsewhere.
+    for name in os.listdir(CPU_CGROUPS):  # Left by test processes that were killed.
+      match = _CGROUP.match(name)
+      if match is not None and not os.path.exists(f"/proc/{match.group(1)}"):
+        with contextlib.suppress(OSError):  # Not empty: a process in it still runs.
+          os.rmdir(os.path.join(CPU_CGROUPS, name))
     path = os.path.join(CPU_CGROUPS, f"tslo_cluster_{os.getpid()}_{id(self)}")
     try:
       os.mkdir(path)

@@ -6,6 +6,7 @@ fault is written down in docs/cluster.md ("Partitions"); these tests check it. W
 cannot be made (not root, no `ip`), they skip with the reason.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -84,11 +85,17 @@ def test_a_network_is_removed_when_its_test_fails(network_of):
 def test_a_capped_clusters_processes_share_the_cap_and_leave_no_cgroup(tmp_path):
   cluster = hosts.HostCluster(str(tmp_path / "train"), 1, GIN, BINDINGS)
   busy = [sys.executable, "-c", "while True: pass"]
+  dead = subprocess.Popen([sys.executable, "-c", "pass"])
+  dead.wait()
+  orphan = os.path.join(hosts.CPU_CGROUPS, f"tslo_cluster_{dead.pid}_1")
+  with contextlib.suppress(OSError):  # Left by a test process that was killed.
+    os.mkdir(orphan)
   cluster.processes["chief"] = subprocess.Popen(busy)
   try:
     why = cluster.cap_cpu(0.1)
     if why is not None:
       pytest.skip(why)
+    assert not os.path.exists(orphan)
     cluster.processes["worker0"] = subprocess.Popen(busy)  # As start() does for a later start.
     cluster._join_cgroup(cluster.processes["worker0"].pid)
     with open(os.path.join(cluster.cgroup, "cgroup.procs")) as f:
