@@ -152,6 +152,15 @@ def test_a_checkpoints_data_is_on_the_disk_before_an_index_names_it(tmp_path, mo
   assert "The last complete checkpoint, ckpt-2 (outer step 2), is intact" in str(raised.value)
 
 
+def _failed_save_three_steps_on(files):
+  """The message of a save three outer steps after the last, which must fail."""
+  files.chief.outer_step.assign_add(3)
+  files.recorded_step = files.chief.step
+  with pytest.raises(Exception) as raised:
+    files.save()
+  return str(raised.value)
+
+
 def test_a_disk_failing_before_the_new_index_is_flushed_names_both_checkpoints(
   tmp_path, monkeypatch
 ):
@@ -162,11 +171,7 @@ def test_a_disk_failing_before_the_new_index_is_flushed_names_both_checkpoints(
       raise OSError(30, "Read-only file system")
 
   monkeypatch.setattr(chief_files.files, "sync", sync)
-  files.chief.outer_step.assign_add(3)
-  files.recorded_step = files.chief.step
-  with pytest.raises(Exception) as raised:
-    files.save()
-  message = str(raised.value)
+  message = _failed_save_three_steps_on(files)
   assert "ckpt-5 (outer step 5; or ckpt-2 if the disk lost the index naming it), is intact" in (
     message
   ), message
@@ -183,11 +188,7 @@ def test_a_disk_turning_read_only_after_the_index_was_flushed_names_both_checkpo
     raise OSError(30, "Read-only file system", str(tmp_path / "theta"))
 
   monkeypatch.setattr(chief_files.checkpoints, "save_theta", save_theta)
-  files.chief.outer_step.assign_add(3)
-  files.recorded_step = files.chief.step
-  with pytest.raises(Exception) as raised:
-    files.save()
-  message = str(raised.value)
+  message = _failed_save_three_steps_on(files)
   assert "ckpt-5 (outer step 5; or ckpt-2 if the disk lost the index naming it), is intact" in (
     message
   ), message
