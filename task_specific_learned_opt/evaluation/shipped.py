@@ -100,6 +100,7 @@ OUT_OF_FAMILY = {
 # {name: directory under pretrained/}, in the order they are written.
 EVALUATIONS = {
   "fig6": "fig6/evaluation",
+  "fig6_seed_6": "fig6/evaluation_seed_6",
   "fig6_adam_reg_decay_1000": "fig6/adam_reg_decay_1000/evaluation",
   "app_f": "app_f/evaluation",
   "generated_bn_cnn_train": "generated_bn_cnn_train/evaluation",
@@ -112,6 +113,7 @@ EVALUATIONS = {
 # The evaluations whose histograms are shipped (Fig. 6c).
 WITH_HISTOGRAMS = (
   "fig6",
+  "fig6_seed_6",
   "fig6_adam_reg_decay_1000",
   "app_f",
   "generated_bn_cnn_train",

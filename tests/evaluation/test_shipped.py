@@ -4,6 +4,7 @@ import gzip
 import json
 import os
 
+import numpy as np
 import pytest
 
 from task_specific_learned_opt import files
@@ -101,3 +102,41 @@ def test_each_app_e_training_check_recomputes_from_the_per_run_arrays(name):
   kept = summary.read_evaluation(directory)["candidates"]
   for candidate, result in results.items():
     assert kept[candidate]["training_check"] == reporting.training_check(result), candidate
+
+
+WITH_RUNS = [
+  name
+  for name, directory in shipped.EVALUATIONS.items()
+  if os.path.exists(os.path.join(shipped.PRETRAINED, directory, "evaluation.json.gz"))
+]
+
+
+@pytest.mark.parametrize("name", WITH_RUNS)
+def test_each_comparison_recomputes_from_the_shipped_per_run_arrays(name):
+  """The per-task differences (inits averaged), the means over tasks and the counts of tasks won
+  that summary.json keeps, from the arrays of every run (evaluation.json.gz)."""
+  directory = os.path.join(shipped.PRETRAINED, shipped.EVALUATIONS[name])
+  with gzip.open(os.path.join(directory, "evaluation.json.gz"), "rt") as f:
+    results = files.from_json(json.load(f))["results"]
+  comparisons = summary.read_evaluation(directory)["comparisons"]
+  assert comparisons
+  for c in comparisons:
+    learned = np.asarray(results[c["learned"]][c["metric"]], dtype=np.float64).mean(axis=1)
+    baseline = np.asarray(results[c["baseline"]][c["metric"]], dtype=np.float64).mean(axis=1)
+    assert len(learned) == c["num_tasks"], (c["learned"], c["baseline"])
+    np.testing.assert_allclose(baseline - learned, c["difference"], rtol=1e-6, atol=1e-6)
+    assert float(np.mean(learned)) == pytest.approx(c["learned_mean_loss"], rel=1e-6)
+    assert float(np.mean(baseline)) == pytest.approx(c["baseline_mean_loss"], rel=1e-6)
+    assert int(np.sum(baseline - learned > 0)) == c["wins"], (c["learned"], c["baseline"])
+
+
+def test_fig6_on_seed_6_ships_its_per_run_arrays():
+  """Fig. 6 again on tasks no choice used: every baseline it names, 20 tasks x 2 inits."""
+  assert "fig6_seed_6" in WITH_RUNS
+  with gzip.open(
+    os.path.join(shipped.PRETRAINED, shipped.EVALUATIONS["fig6_seed_6"], "evaluation.json.gz"), "rt"
+  ) as f:
+    results = files.from_json(json.load(f))["results"]
+  kinds = {summary.baseline_kind(name) for name in results}
+  assert kinds == {"L_train", "L_valid", "adam", "rmsprop", "sgdm", "adam+reg+decay"}
+  assert {np.asarray(r["mean_loss"]).shape for r in results.values()} == {(20, 2)}
