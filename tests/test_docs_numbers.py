@@ -142,7 +142,7 @@ def test_app_e_the_mlp_loses_with_both_thetas(found, table):
 def test_five_tasks_cannot_give_a_sign_test_p_below_its_stated_floor(table):
   floor = statistics.format_p(statistics.sign_test_p(5, 0))
   assert f"no count of 5 gives a sign test p below {floor}" in table["App. E"]
-  assert f"5 of 5 is p = {floor} by the sign test" in table["Fig. 6 at 11 minutes"]
+  assert f"5 of 5 is p = {floor} by the sign test" in table["Fig. 6 at 10 minutes"]
 
 
 # "k of n (p = ...; difference m [low, high])", as statistics.claim writes it.
@@ -768,3 +768,91 @@ def test_fig6_on_seed_6_in_the_docs_is_its_shipped_evaluation(found, table):
     f"against Adam, SGD+momentum and Adam+Reg+Decay, but against RMSProp it is not resolved "
     f"at this size ({rmsprop['wins']} of 20;"
   ) in status
+
+
+MAIN_JOB = os.path.join(testing_utils.REPO, "pretrained", "main_job")
+
+
+def test_the_main_jobs_numbers_are_its_shipped_run(found, table):
+  """The README's Fig. 6 row for the main job, its set-up comment's minutes and docs/evaluation.md's
+  table, against the run shipped in pretrained/main_job/ (progress.jsonl, timeline.json, eval/)."""
+
+  def one(learned, metric):
+    (r,) = _rows(found, "main_job", learned, metric)
+    return r
+
+  row = table["Fig. 6 at 10 minutes"]
+  for metric, name in (
+    ("mean_loss", "mean training loss"),
+    ("mean_test_loss", "mean test loss"),
+    ("final_test_loss", "final test loss"),
+  ):
+    r = one("learned", metric)
+    adam = "LR-tuned Adam's " if metric == "mean_loss" else ""
+    tasks = " on 5 held-out tasks" if metric == "mean_loss" else ""
+    assert (
+      f"{name} {r['learned_mean_loss']:.3f} against {adam}{r['baseline_mean_loss']:.3f}{tasks}: "
+      f"{statistics.claim(r)}"
+    ) in row, metric
+  with open(os.path.join(MAIN_JOB, "progress.jsonl")) as f:
+    progress = [json.loads(line) for line in f]
+  assert progress[-1]["outer_step"] == 140
+  minutes = progress[-1]["elapsed_seconds"] / 60
+  assert f"its 140 outer steps ({minutes:.1f} minutes)" in row
+  with open(os.path.join(MAIN_JOB, "timeline.json")) as f:
+    timeline = json.load(f)
+  assert timeline["exit_status"] == 0
+  seconds = {
+    k: np.datetime64(timeline[k].rstrip("Z"))
+    for k in ("comparison_first_run", "comparison_last_run")
+  }
+  comparison = (seconds["comparison_last_run"] - seconds["comparison_first_run"]) / np.timedelta64(
+    60, "s"
+  )
+  with open(os.path.join(testing_utils.REPO, "README.md")) as f:
+    readme = f.read()
+  assert (
+    f"~{round(timeline['seconds'] / 60)} min:\n#    1-3 to install, {minutes:.1f} of "
+    f"outer-training, {comparison:.1f} for the final comparison"
+  ) in readme
+  # docs/evaluation.md's table: each theta's cell of each metric.
+  with open(os.path.join(testing_utils.REPO, "docs", "evaluation.md")) as f:
+    text = f.read().split("## The quickstart's final comparison", 1)[1].split("\n## ", 1)[0]
+  for learned in ("learned", "shipped"):
+    for metric in ("mean_loss", "mean_test_loss", "final_test_loss"):
+      r = one(learned, metric)
+      assert f"| {r['learned_mean_loss']:.3f}: {statistics.claim(r)} |" in text, (learned, metric)
+  assert f"This is {minutes:.1f}\nminutes of outer-training" in text
+  # docs/performance.md's account of the run.
+  with open(os.path.join(testing_utils.REPO, "docs", "performance.md")) as f:
+    flat = re.sub(r"\s+", " ", f.read().split("## The quickstart now", 1)[1])
+  started = np.datetime64(timeline["started"].rstrip("Z"))
+  clock = np.datetime64(timeline["outer_step_1"].rstrip("Z")) - np.timedelta64(
+    round(progress[0]["elapsed_seconds"] * 1e6), "us"
+  )
+  (at_80,) = [r["elapsed_seconds"] for r in progress if r["outer_step"] == 80]
+  comparison_seconds = comparison * 60
+  assert (
+    f"{timeline['seconds']} s for the whole command, of which "
+    f"{(clock - started) / np.timedelta64(1, 's'):.0f} s to create the environment"
+  ) in flat
+  assert (
+    f"140 outer steps in {progress[-1]['elapsed_seconds']:.1f} s (the first 80 in {at_80:.1f} s)"
+    in flat
+  )
+  assert f"in {comparison_seconds:.0f} s." in flat
+  assert f"mean training loss of {one('learned', 'mean_loss')['learned_mean_loss']:.3f}" in flat
+
+
+def test_the_quickstarts_outer_loss_table_is_the_shipped_runs():
+  with open(os.path.join(MAIN_JOB, "progress.jsonl")) as f:
+    progress = [json.loads(line) for line in f]
+  with open(os.path.join(testing_utils.REPO, "docs", "outer_training.md")) as f:
+    text = f.read().split("| outer steps | mean outer loss (L_train) |", 1)[1].split("\n\n", 1)[0]
+  rows = [line for line in text.splitlines() if line.startswith("| ") and "-" in line]
+  assert len(rows) == 8
+  for row in rows:
+    span, loss = [c.strip() for c in row.strip("|").split("|")]
+    first, last = map(int, span.split("-"))
+    losses = [r["outer_loss"] for r in progress if first <= r["outer_step"] <= last]
+    assert loss == f"{np.mean(losses):.2f}", span

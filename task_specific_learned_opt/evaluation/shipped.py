@@ -109,6 +109,7 @@ EVALUATIONS = {
   "paper_family": "paper_family/evaluation",
   "paper_family_adam_reg_decay": "paper_family/adam_reg_decay/evaluation",
   "paper_family_5_inits": "paper_family/evaluation_5_inits",
+  "main_job": "main_job/eval",
 }
 # The evaluations whose histograms are shipped (Fig. 6c).
 WITH_HISTOGRAMS = (
@@ -120,6 +121,7 @@ WITH_HISTOGRAMS = (
   "paper_family",
   "paper_family_adam_reg_decay",
   "paper_family_5_inits",
+  "main_job",
 )
 
 
