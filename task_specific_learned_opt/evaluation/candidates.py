@@ -84,8 +84,11 @@ class SearchedNotFoundError(errors.UserError, FileNotFoundError):
   """A --searched best.json that does not exist."""
 
 
-def searched(path: str) -> list[Candidate]:
+def searched(path: str, label: str = "") -> list[Candidate]:
   """The winners of a random search (bin/tune_baselines' best.json) as fixed candidates.
+
+  Named "<kind>+reg+decay (L_<objective>)", or "<kind>+reg+decay <label> (L_<objective>)" with a
+  label, so that the winners of two searches of one objective can be evaluated side by side.
 
   Raises:
     SearchedNotFoundError: `path` does not exist.
@@ -104,6 +107,12 @@ def searched(path: str) -> list[Candidate]:
     )
   objective = best["signature"]["objective"]
   return [
-    from_config({"id": f"{kind}+reg+decay (L_{objective})", "kind": kind, "hparams": b["hparams"]})
+    from_config(
+      {
+        "id": f"{kind}+reg+decay{' ' + label if label else ''} (L_{objective})",
+        "kind": kind,
+        "hparams": b["hparams"],
+      }
+    )
     for kind, b in best["best"].items()
   ]

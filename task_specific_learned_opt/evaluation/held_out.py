@@ -70,10 +70,18 @@ def run_evaluation(
     "panel_baselines" ({"train": names, "test": names}), "comparisons" and "paths".
 
   Raises:
-    ValueError: an objective of `searched_objectives` is neither "train" nor "valid".
+    ValueError: two candidates share a name, or an objective of `searched_objectives` is
+      neither "train" nor "valid".
     run_cache.OtherEvaluationError: `output_dir` holds the runs of another protocol.
     HistogramNameError: a pair of `histograms` names no learned candidate or no baseline.
   """
+  names = [c.name for c in candidates]
+  repeated = sorted({n for n in names if names.count(n) > 1})
+  if repeated:
+    raise ValueError(
+      f"Two candidates are named {', '.join(repeated)}; each needs its own name (for two "
+      "searches of one objective, label them: --searched 'at 1000=path/to/best.json')."
+    )
   searched_objectives = dict(searched_objectives or {})
   for name, objective in searched_objectives.items():
     if objective not in tuning.TUNING_METRICS:
@@ -196,7 +204,9 @@ def evaluate(
   Args:
     output_dir: where the results and plots go.
     thetas: {name: theta export directory} of `lopt`.
-    searched: best.json files of random searches (bin/tune_baselines); their winners (the
+    searched: best.json files of random searches (bin/tune_baselines), each optionally as
+      "label=path" (the label goes into its winners' names, for two searches of one objective
+      side by side); their winners (the
       paper's Adam+Reg+Decay curves) are baselines tuned on the search's objective: L_train
       winners in the train-loss panel and comparisons, L_valid winners in the test-loss ones.
     runs_from: output directories of evaluations of the same protocol whose finished runs are
@@ -227,8 +237,9 @@ def evaluate(
   """
   candidates, searched_objectives = _learned(lopt, thetas), {}
   candidates += [candidates_lib.fixed(name, opt) for name, opt in (optimizers or {}).items()]
-  for path in searched:
-    winners = candidates_lib.searched(path)
+  for value in searched:
+    label, _, path = value.rpartition("=")
+    winners = candidates_lib.searched(path, label)
     candidates += winners
     searched_objectives.update({c.name: _search_objective(path) for c in winners})
   protocol = protocol_lib.HeldOutProtocol(

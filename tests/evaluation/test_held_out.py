@@ -140,6 +140,23 @@ def _write_best(path, objective, learning_rate):
   return str(path)
 
 
+def test_two_searches_of_one_objective_need_labels_and_are_evaluated_side_by_side(tmp_path):
+  searched = [
+    _write_best(tmp_path / "small.json", "train", 0.03),
+    _write_best(tmp_path / "large.json", "train", 0.3),
+  ]
+  # Unlabelled, both winners would be "adam+reg+decay (L_train)": refused before any run.
+  with pytest.raises(ValueError, match=r"named adam\+reg\+decay \(L_train\).*label them"):
+    _evaluate_quadratics(str(tmp_path / "refused"), None, (), searched=searched)
+  assert not (tmp_path / "refused" / run_cache.FILENAME).exists()
+  labelled = ["at 100=" + searched[0], "at 1000=" + searched[1]]
+  result = _evaluate_quadratics(str(tmp_path / "eval"), None, (), searched=labelled)
+  names = ["adam+reg+decay at 100 (L_train)", "adam+reg+decay at 1000 (L_train)"]
+  assert result["panel_baselines"]["train"] == names
+  losses = [np.mean(result["results"][n]["mean_loss"]) for n in names]
+  assert losses[0] != losses[1]  # Each its own configuration (learning rate 0.03 and 0.3).
+
+
 def test_search_winners_go_to_the_panel_and_comparison_of_their_objective(tmp_path, capsys):
   lopt = mlp_lopt.MLPLOpt()
   checkpoints.save_theta(str(tmp_path / "theta"), lopt.init(0))
