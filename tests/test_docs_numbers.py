@@ -856,3 +856,22 @@ def test_the_quickstarts_outer_loss_table_is_the_shipped_runs():
     first, last = map(int, span.split("-"))
     losses = [r["outer_loss"] for r in progress if first <= r["outer_step"] <= last]
     assert loss == f"{np.mean(losses):.2f}", span
+
+
+def test_app_f_on_seed_6_in_the_docs_is_its_shipped_evaluation(found, table):
+  records = [r for r in found if r["evaluation"] == "app_f_seed_6"]
+  assert len(records) == 2 * 3 * 2  # Two thetas, three metrics, two searched rules.
+  text = _pretrained_doc_section("App. F: RMSProp and SGD+momentum +Reg+Decay")
+  text = text.split("**On tasks no choice used (seed 6).**", 1)[1]
+  _assert_theta_metric_table(text, records)
+  row = table["App. F"].split("on seed 6's tasks", 1)[1]
+  train = _rows(found, "app_f_seed_6", "L_train", "mean_loss")
+  wins = sorted(r["wins"] for r in train)
+  baselines = sorted(train, key=lambda r: r["baseline"])  # rmsprop, then sgdm.
+  assert (
+    f"L_train theta {train[0]['learned_mean_loss']:.3f} against "
+    f"{baselines[0]['baseline_mean_loss']:.3f} and {baselines[1]['baseline_mean_loss']:.3f} "
+    f"({wins[0]}-{wins[-1]} of 20)"
+  ) in row
+  for r in _rows(found, "app_f_seed_6", "L_valid", "final_test_loss"):
+    assert f"{r['baseline_mean_loss']:.3f} ({statistics.claim(r)})" in row, r["baseline"]
