@@ -54,6 +54,7 @@ EXPERIMENTS = {
     },
     ("train", "valid"),
   ),
+  "pretrained_fig6_seed6.gin": (("adam", "rmsprop", "sgdm"), SHIPPED_THETAS, ("train", "valid")),
   "pretrained_adam_reg_decay_1000.gin": (
     (),
     SHIPPED_THETAS,
@@ -66,6 +67,12 @@ EXPERIMENTS = {
       "L_train": "pretrained/generated_bn_cnn_train/theta",
       "L_valid": "pretrained/generated_bn_cnn_valid/theta",
     },
+    ("train", "valid"),
+    ("pretrained/app_f/L_{o}/best.json", ("rmsprop", "sgdm")),
+  ),
+  "pretrained_app_f_seed6.gin": (
+    (),
+    SHIPPED_THETAS,
     ("train", "valid"),
     ("pretrained/app_f/L_{o}/best.json", ("rmsprop", "sgdm")),
   ),
