@@ -14,6 +14,7 @@ import re
 import numpy as np
 import pytest
 
+from task_specific_learned_opt import files
 from task_specific_learned_opt.evaluation import shipped, statistics
 
 from . import testing_utils
@@ -782,8 +783,7 @@ def test_the_main_jobs_numbers_are_its_shipped_run(found, table):
       f"{name} {r['learned_mean_loss']:.3f} against {adam}{r['baseline_mean_loss']:.3f}{tasks}: "
       f"{statistics.claim(r)}"
     ) in row, metric
-  with open(os.path.join(MAIN_JOB, "progress.jsonl")) as f:
-    progress = [json.loads(line) for line in f]
+  progress = files.read_jsonl(os.path.join(MAIN_JOB, "progress.jsonl"))
   assert progress[-1]["outer_step"] == 140
   minutes = progress[-1]["elapsed_seconds"] / 60
   assert f"its 140 outer steps ({minutes:.1f} minutes)" in row
@@ -833,8 +833,7 @@ def test_the_main_jobs_numbers_are_its_shipped_run(found, table):
 
 
 def test_the_quickstarts_outer_loss_table_is_the_shipped_runs():
-  with open(os.path.join(MAIN_JOB, "progress.jsonl")) as f:
-    progress = [json.loads(line) for line in f]
+  progress = files.read_jsonl(os.path.join(MAIN_JOB, "progress.jsonl"))
   with open(os.path.join(testing_utils.REPO, "docs", "outer_training.md")) as f:
     text = f.read().split("| outer steps | mean outer loss (L_train) |", 1)[1].split("\n\n", 1)[0]
   rows = [line for line in text.splitlines() if line.startswith("| ") and "-" in line]

@@ -94,11 +94,16 @@ def test_a_four_of_five_with_an_interval_across_zero_is_not_resolved(found):
   assert row["outcome"] == statistics.NOT_RESOLVED
 
 
+def _per_run_results(directory):
+  """The per-run arrays of a shipped evaluation: its evaluation.json.gz's "results"."""
+  with gzip.open(os.path.join(directory, "evaluation.json.gz"), "rt") as f:
+    return files.from_json(json.load(f))["results"]
+
+
 @pytest.mark.parametrize("name", shipped.APP_E)
 def test_each_app_e_training_check_recomputes_from_the_per_run_arrays(name):
   directory = os.path.join(shipped.PRETRAINED, "app_e", name)
-  with gzip.open(os.path.join(directory, "evaluation.json.gz"), "rt") as f:
-    results = files.from_json(json.load(f))["results"]
+  results = _per_run_results(directory)
   kept = summary.read_evaluation(directory)["candidates"]
   for candidate, result in results.items():
     assert kept[candidate]["training_check"] == reporting.training_check(result), candidate
@@ -116,8 +121,7 @@ def test_each_comparison_recomputes_from_the_shipped_per_run_arrays(name):
   """The per-task differences (inits averaged), the means over tasks and the counts of tasks won
   that summary.json keeps, from the arrays of every run (evaluation.json.gz)."""
   directory = os.path.join(shipped.PRETRAINED, shipped.EVALUATIONS[name])
-  with gzip.open(os.path.join(directory, "evaluation.json.gz"), "rt") as f:
-    results = files.from_json(json.load(f))["results"]
+  results = _per_run_results(directory)
   comparisons = summary.read_evaluation(directory)["comparisons"]
   assert comparisons
   for c in comparisons:
@@ -133,10 +137,7 @@ def test_each_comparison_recomputes_from_the_shipped_per_run_arrays(name):
 def test_fig6_on_seed_6_ships_its_per_run_arrays():
   """Fig. 6 again on tasks no choice used: every baseline it names, 20 tasks x 5 inits."""
   assert "fig6_seed_6" in WITH_RUNS
-  with gzip.open(
-    os.path.join(shipped.PRETRAINED, shipped.EVALUATIONS["fig6_seed_6"], "evaluation.json.gz"), "rt"
-  ) as f:
-    results = files.from_json(json.load(f))["results"]
+  results = _per_run_results(os.path.join(shipped.PRETRAINED, shipped.EVALUATIONS["fig6_seed_6"]))
   kinds = {summary.baseline_kind(name) for name in results}
   assert kinds == {"L_train", "L_valid", "adam", "rmsprop", "sgdm", "adam+reg+decay"}
   assert {np.asarray(r["mean_loss"]).shape for r in results.values()} == {(20, 5)}
