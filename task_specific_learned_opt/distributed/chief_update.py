@@ -79,7 +79,8 @@ class Chief:
       epsilon: Adam's epsilon.
       estimator: the name of the estimator whose `combine` makes the gradient from a batch
         (outer/estimators/registry.py): "merged" (eq. 1), "rp" or "es" (the Fig. 8 ablations),
-        "pes" or "pes_merged" (docs/pes.md). gin: `outer_training.estimator`.
+        "pes" or "pes_merged" (docs/pes.md), "backprop" (Sec. 2.4's truncated backpropagation).
+        gin: `outer_training.estimator`.
       clip_value: clip the gradient to +-clip_value before Adam (the authors' code: 0.1).
       gradient_scale: multiplies the merged gradient before the clip and Adam. 1 is the
         paper's estimates, g_rp = d(L+ + L-)/2 and g_es = (L+ - L-)/2 e / sigma^2. The authors'

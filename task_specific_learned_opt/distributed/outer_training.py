@@ -154,7 +154,8 @@ class OuterTraining:
       workers.
     estimator: the outer-gradient estimator's name (outer/estimators/registry.py): what the
       workers compute per truncation and how the chief combines a batch. "merged" (Sec. 3,
-      eq. 1), "rp" or "es" (the Fig. 8 ablations), "pes" or "pes_merged" (docs/pes.md).
+      eq. 1), "rp" or "es" (the Fig. 8 ablations), "pes" or "pes_merged" (docs/pes.md),
+      "backprop" (Sec. 2.4's truncated backpropagation at theta, one unroll per truncation).
 
   Raises:
     ValueError: snapshot_every < 1, batch_size < 1 or an unknown estimator.

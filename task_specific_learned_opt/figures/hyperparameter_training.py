@@ -2,29 +2,24 @@
 
 theta holds hyper-parameters of a hand-designed rule (learned_optimizers/hyperparameters.py, e.g.
 log lr of Adam). An inner run of `horizon` steps is split into truncations; each truncation is
-one outer step (figures/hyperparameter_truncations.py, built from outer/):
+one outer step, computed and applied as local mode's workers and chief do, with any registered
+estimator (outer/estimators/):
 
-  loss_k, g_k = the truncation's outer loss (truncated_unroll.outer_losses, the STEP_LOSSES
-                objective: the mean of the losses its steps compute before their updates) and
-                its gradient by backpropagation through the truncation only
-  theta <- outer-optimizer(theta, g_k)
+  samples = estimator.sample(...) of each of N worker states   (their states carried, stopped)
+  theta  <- outer-optimizer(theta, estimator.combine(the finite samples))
 
-The inner state is carried from one truncation to the next with its gradient stopped, so g_k
-ignores how theta shaped the state the truncation starts from (the truncation bias, Sec. 2.4).
-The outer step has the chief's form: the samples are checked with estimates.finite_mask,
-combined by the estimator's `combine` (outer/estimators/: "rp" for backpropagation, "pes" for
-Persistent ES) and applied by the outer-optimizer's pure update; a step with a non-finite sample
-is skipped.
-
-Persistent ES (outer/pes.py, beyond the paper) keeps `pairs` antithetic pairs of + and - inner
-states, e redrawn every truncation (antithetic.perturbation) and summed since the run's reset
-(pes.accumulate); g = the mean over pairs of pes.gradient. Its unrolls run forward only, each a
-truncated_unroll.outer_losses, vectorized over the 2 * pairs particles (tf.vectorized_map).
+"backprop" (Fig. 3's truncated backpropagation: one unroll at theta, the gradient of the
+truncation's loss alone, N = 1) ignores how theta shaped the state the truncation starts from
+(the truncation bias, Sec. 2.4); "pes" (Persistent ES, beyond the paper, N antithetic pairs, each
+worker state with its own + and - inner states and sum of perturbations, all reset with the run)
+does not. The outer loss is Sec. 2.4's: the mean of the losses the truncation's steps compute
+before their updates (figures/hyperparameter_truncations.py).
 """
 
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -33,8 +28,13 @@ from task_specific_learned_opt import nests, random_seeds
 from task_specific_learned_opt.figures import hyperparameter_truncations as truncations
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.optimizers import base as opt_base
-from task_specific_learned_opt.outer import pes
+from task_specific_learned_opt.outer.estimators import base as estimator_base
+from task_specific_learned_opt.outer.estimators import registry
 from task_specific_learned_opt.tasks import base as task_base
+
+BACKPROP = "backprop"  # The estimator of Fig. 3's curves and panel (c).
+# Called after every truncation as hook(run, k, worker states, samples, perturbation seeds).
+Hook = Callable[[int, int, Any, estimator_base.Sample, tf.Tensor], None]
 
 
 def _scalar(theta: nests.Theta) -> float:
@@ -42,7 +42,7 @@ def _scalar(theta: nests.Theta) -> float:
 
 
 class OuterTrainer:
-  """Outer-trains theta with truncated backpropagation or PES on one task.
+  """Outer-trains theta on one task with any estimator, over inner runs and resets.
 
   Args:
     task: the inner problem (one task for every inner run).
@@ -69,16 +69,46 @@ class OuterTrainer:
     self.horizon = int(horizon)
     self.num_runs = int(num_runs)
     self.seed = int(seed)
-    self._outer_steps = {
-      e: truncations.make_outer_step_fn(outer_optimizer, e) for e in ("rp", "pes")
-    }
-    self._truncation_fns: dict[int, Callable[..., truncations.TruncationOutput]] = {}
+    self._estimators: dict[str, estimator_base.Estimator] = {}
+    self._sample_fns: dict[tuple, Callable[..., tuple[estimator_base.Sample, Any]]] = {}
+    self._outer_steps: dict[str, Callable[..., Any]] = {}
+
+  def estimator(self, name: str) -> estimator_base.Estimator:
+    """The registered estimator `name` (one instance per trainer)."""
+    if name not in self._estimators:
+      self._estimators[name] = registry.get(name)
+    return self._estimators[name]
+
+  def sample_fn(
+    self, name: str, length: int, sigma: float = 0.0
+  ) -> Callable[..., tuple[estimator_base.Sample, Any]]:
+    """The compiled truncation of estimator `name` (truncations.make_sample_fn), made once."""
+    key = (name, int(length), float(sigma))
+    if key not in self._sample_fns:
+      self._sample_fns[key] = truncations.make_sample_fn(
+        self.task, self.lopt, self.estimator(name), int(length), float(sigma)
+      )
+    return self._sample_fns[key]
 
   def truncation_fn(self, length: int) -> Callable[..., truncations.TruncationOutput]:
-    """The compiled truncation of `length` steps (made once per length)."""
-    if length not in self._truncation_fns:
-      self._truncation_fns[length] = truncations.make_truncation_fn(self.task, self.lopt, length)
-    return self._truncation_fns[length]
+    """One backpropagated truncation at theta: (theta, inner state, data seed) -> its output.
+
+    The "backprop" estimator's sample of a single worker state: the truncation's loss, its
+    gradient (this truncation alone) and the inner state it ends in.
+    """
+    sample_fn, estimator = self.sample_fn(BACKPROP, length), self.estimator(BACKPROP)
+
+    def truncation(
+      theta: nests.Theta, state: opt_base.OptState, data_seed: tf.Tensor
+    ) -> truncations.TruncationOutput:
+      states = truncations.stack_states(estimator.init_state(state, theta), 1)
+      sample, states = sample_fn(theta, states, data_seed, tf.zeros([1, 2], tf.int32))
+      first = lambda nest: tf.nest.map_structure(lambda x: x[0], nest)  # noqa: E731
+      return truncations.TruncationOutput(
+        sample.loss_plus[0], first(sample.rp), first(states).inner_state
+      )
+
+    return truncation
 
   def truncations_per_run(self, length: int) -> int:
     """horizon / length.
@@ -100,118 +130,70 @@ class OuterTrainer:
     init_seed, data_seed = truncations.run_seeds(self.seed, run)
     return truncations.initial_state(self.task, self.lopt, theta, init_seed), data_seed
 
-  def outer_step(
+  def train(
     self,
-    outer_state: opt_base.OptState,
-    estimator: str,
-    samples: nests.Theta,
-    losses: tuple[tf.Tensor, tf.Tensor],
-    record: dict,
-  ) -> tuple[opt_base.OptState, bool]:
-    """Applies one outer step (make_outer_step_fn) and records its gradient and theta.
-
-    Args:
-      outer_state: the outer-optimizer's state.
-      estimator: "rp" or "pes".
-      samples: the per-sample gradients, leaves [N, ...].
-      losses: (loss_plus, loss_minus), each [N].
-      record: gets the step's "gradient" and "learning_rate" (exp(theta) after the step).
-
-    Returns:
-      (new outer state, whether it was applied): the state is unchanged when a sample is not
-      finite.
-    """
-    outer_state, gradient, applied = self._outer_steps[estimator](outer_state, samples, *losses)
-    record["gradient"].append(_scalar(gradient))
-    theta = self.outer_optimizer.get_params(outer_state)
-    record["learning_rate"].append(math.exp(_scalar(theta)))
-    return outer_state, bool(applied)
-
-  def train_truncated(self, length: int) -> dict:
-    """Outer-trains theta from lopt.init with truncations of `length` steps.
-
-    Args:
-      length: steps per truncation; it must divide the horizon.
-
-    Returns:
-      {"inner_step": [steps trained when each truncation ended], "outer_loss": [its loss],
-       "gradient": [its d loss / d log lr], "learning_rate": [exp(theta) after its outer step],
-       "skipped": outer steps skipped for a non-finite loss or gradient, "seconds": wall time}.
-    """
-    truncations_per_run = self.truncations_per_run(length)
-    truncation = self.truncation_fn(length)
-    start = time.time()
-    outer_state = self.outer_optimizer.init(self.lopt.init(self.seed))
-    record = {"inner_step": [], "outer_loss": [], "gradient": [], "learning_rate": []}
-    skipped = 0
-    for run in range(self.num_runs):
-      state, data_seed = self.fresh_state(self.outer_optimizer.get_params(outer_state), run)
-      for k in range(truncations_per_run):
-        out = truncation(self.outer_optimizer.get_params(outer_state), state, data_seed)
-        samples = tf.nest.map_structure(lambda g: g[None], out.gradient)
-        losses = (out.loss[None], out.loss[None])
-        outer_state, applied = self.outer_step(outer_state, "rp", samples, losses, record)
-        skipped += int(not applied)
-        state = out.state
-        record["inner_step"].append((run * truncations_per_run + k + 1) * length)
-        record["outer_loss"].append(float(out.loss))
-    record.update(skipped=skipped, seconds=round(time.time() - start, 3))
-    return record
-
-  def train_pes(
-    self,
+    name: str,
     length: int,
-    pairs: int,
-    sigma: float,
-    hook: Callable[[int, int, pes.Accumulator, nests.Theta], None] | None = None,
+    num_samples: int = 1,
+    sigma: float = 0.0,
+    hook: Hook | None = None,
   ) -> dict:
-    """Outer-trains theta from lopt.init with Persistent ES over truncations of `length` steps.
+    """Outer-trains theta from lopt.init with estimator `name` over truncations of `length`.
 
-    Every pair keeps its own + and - inner states and its own sum of perturbations (one
-    pes.Accumulator whose leaves have a leading [pairs] axis), all reset at the start of each
-    inner run (the run's fresh state for + and -). The outer gradient is the mean over pairs of
-    pes.gradient(L+, L-, xi, sigma).
+    Every inner run starts `num_samples` worker states from the run's fresh inner state
+    (estimator.init_state); each truncation gives one sample per worker state, on the run's
+    batches, with perturbation seeds new for every run, truncation and state; the outer step
+    drops the non-finite samples and applies the estimator's combination of the rest.
 
     Args:
+      name: a registered estimator ("backprop": Fig. 3's curves; "pes": Persistent ES).
       length: steps per truncation; it must divide the horizon.
-      pairs: antithetic pairs.
-      sigma: the standard deviation of each perturbation of theta.
-      hook: called after every truncation as hook(run, k, accumulator, perturbation), for
-        tests.
+      num_samples: worker states (PES: antithetic pairs) per outer step.
+      sigma: the standard deviation of the estimator's perturbation of theta.
+      hook: called after every truncation as hook(run, k, states, samples, perturbation seeds),
+        for tests.
 
     Returns:
-      As train_truncated, with "outer_loss" the mean of L+ and L- over the pairs, "gradient"
-      the mean PES gradient, and "accumulator_count" the accumulator's num_truncations.
+      {"inner_step": [steps trained when each truncation ended], "outer_loss": [the mean over
+       the samples of (L+ + L-) / 2], "gradient": [the combined d loss / d log lr],
+       "learning_rate": [exp(theta) after each outer step], "skipped": outer steps with no
+       finite sample, "dropped": non-finite samples, "seconds": wall time}.
     """
     truncations_per_run = self.truncations_per_run(length)
-    pes_truncation = truncations.make_pes_fn(self.task, self.lopt, length, sigma)
+    estimator = self.estimator(name)
+    sample_fn = self.sample_fn(name, length, sigma)
+    if name not in self._outer_steps:
+      self._outer_steps[name] = truncations.make_outer_step_fn(self.outer_optimizer, estimator)
+    outer_step = self._outer_steps[name]
     start = time.time()
     outer_state = self.outer_optimizer.init(self.lopt.init(self.seed))
     record = {"inner_step": [], "outer_loss": [], "gradient": [], "learning_rate": []}
-    record["accumulator_count"] = []
-    skipped = 0
-    pes_seed = random_seeds.fold_in(self.seed, truncations.PES_TAG)
+    skipped = dropped = 0
+    perturbation_seed = random_seeds.fold_in(self.seed, truncations.PES_TAG)
     for run in range(self.num_runs):
       theta = self.outer_optimizer.get_params(outer_state)
-      state, data_seed = self.fresh_state(theta, run)
-      states = truncations.stack_states(state, 2 * pairs)
-      accumulator = pes.initial_state(tf.nest.map_structure(lambda t: tf.fill([pairs], t), theta))
-      run_seed = random_seeds.fold_in(pes_seed, run)
+      inner_state, data_seed = self.fresh_state(theta, run)
+      states = truncations.stack_states(estimator.init_state(inner_state, theta), num_samples)
+      run_seed = random_seeds.fold_in(perturbation_seed, run)
       for k in range(truncations_per_run):
         theta = self.outer_optimizer.get_params(outer_state)
-        out = pes_truncation(theta, states, data_seed, random_seeds.fold_in(run_seed, k))
-        accumulator = pes.accumulate(accumulator, out.perturbation)
+        truncation_seed = random_seeds.fold_in(run_seed, k)
+        seeds = tf.stack([random_seeds.fold_in(truncation_seed, n) for n in range(num_samples)])
+        samples, states = sample_fn(theta, states, data_seed, seeds)
         if hook is not None:
-          hook(run, k, accumulator, out.perturbation)
-        per_pair = pes.gradient(out.loss_plus, out.loss_minus, accumulator.perturbation_sum, sigma)
-        losses = (out.loss_plus, out.loss_minus)
-        outer_state, applied = self.outer_step(outer_state, "pes", per_pair, losses, record)
-        skipped += int(not applied)
-        states = out.states
+          hook(run, k, states, samples, seeds)
+        outer_state, gradient, num_kept = outer_step(outer_state, samples)
+        skipped += int(num_kept == 0)
+        dropped += num_samples - int(num_kept)
+        record["gradient"].append(_scalar(gradient))
+        record["learning_rate"].append(
+          math.exp(_scalar(self.outer_optimizer.get_params(outer_state)))
+        )
         record["inner_step"].append((run * truncations_per_run + k + 1) * length)
-        record["outer_loss"].append(float(tf.reduce_mean(out.loss_plus + out.loss_minus) / 2.0))
-        record["accumulator_count"].append(accumulator.num_truncations)
-    record.update(skipped=skipped, seconds=round(time.time() - start, 3))
+        record["outer_loss"].append(
+          float(tf.reduce_mean(samples.loss_plus + samples.loss_minus) / 2.0)
+        )
+    record.update(skipped=skipped, dropped=dropped, seconds=round(time.time() - start, 3))
     return record
 
   def gradients_over_run(self, length: int, theta: nests.Theta, run: int = 0) -> dict:

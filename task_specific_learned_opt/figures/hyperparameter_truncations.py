@@ -1,17 +1,18 @@
 """The compiled truncations of a hand-designed rule's hyper-parameter outer-training (Sec. 2.4).
 
 theta holds hyper-parameters of a hand-designed rule (learned_optimizers/hyperparameters.py, e.g.
-log lr of Adam). Built from outer/:
-  - make_truncation_fn: one truncation's outer loss (truncated_unroll.outer_losses with the
-    STEP_LOSSES objective: the mean of the losses its steps compute before their updates) and its
-    gradient by backpropagation through the truncation only, the start state's gradient stopped;
-  - make_pes_fn: one Persistent ES truncation (outer/pes.py, beyond the paper) of every antithetic
-    pair, forward only, e drawn by antithetic.perturbation, the 2 * pairs unrolls vectorized;
-  - make_run_loss_fn: an untruncated run's outer loss at fixed theta;
+log lr of Adam). The truncations are an estimator's (outer/estimators/), used as local mode's
+workers and the chief use it:
+  - make_sample_fn: one truncation of N worker states of the named estimator, each its
+    `sample` (estimator.sample over the states, one compiled call; the unroll's objective is
+    STEP_LOSSES: the mean of the losses its steps compute before their updates). "backprop" is
+    Fig. 3's truncated backpropagation at theta; "pes" is Persistent ES (beyond the paper), one
+    antithetic pair per worker state;
+  - make_run_loss_fn: an untruncated run's outer loss at fixed theta, on the same batches;
   - make_outer_step_fn: the outer step in the chief's form: the samples checked with
-    estimates.finite_mask, combined by the named estimator's `combine` (outer/estimators/: "rp"
-    for backpropagation, "pes" for PES) and applied by the outer-optimizer's pure update; a step
-    with a non-finite sample is skipped.
+    estimates.finite_mask (a non-finite one is dropped), the rest combined by the estimator's
+    `combine` and applied by the outer-optimizer's pure update; a step with no finite sample
+    is skipped.
 hyperparameter_training.OuterTrainer runs them over inner runs and resets.
 """
 
@@ -23,30 +24,22 @@ import tensorflow as tf
 from task_specific_learned_opt import nests, random_seeds
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.optimizers import base as opt_base
-from task_specific_learned_opt.outer import antithetic, estimates, truncated_unroll
-from task_specific_learned_opt.outer.estimators import registry
+from task_specific_learned_opt.outer import estimates, truncated_unroll
+from task_specific_learned_opt.outer.estimators import base as estimator_base
 from task_specific_learned_opt.tasks import base as task_base
 
 PARAMETER = "learning_rate"  # The hyper-parameter theta holds (as its natural logarithm).
-# Seed tags: the inner runs' initialisations and batches, the PES perturbations, the evaluation.
+# Seed tags: the inner runs' initialisations and batches, the estimators' perturbations, the
+# evaluation.
 RUN_TAG, PES_TAG, EVAL_TAG = 0, 1, 2
 
 
 class TruncationOutput(NamedTuple):
-  """What one truncation gives: its outer loss, d loss / d theta and the end state."""
+  """What one backpropagated truncation gives: its outer loss, d loss / d theta and the end state."""
 
   loss: tf.Tensor  # Mean inner training loss over the truncation's steps.
   gradient: nests.Theta
   state: opt_base.OptState
-
-
-class PESOutput(NamedTuple):
-  """What one PES truncation of every antithetic pair gives; pairs on axis 0 of every leaf."""
-
-  loss_plus: tf.Tensor  # [pairs]
-  loss_minus: tf.Tensor  # [pairs]
-  perturbation: nests.Theta  # e, like theta with a leading [pairs] axis.
-  states: opt_base.OptState  # The + states then the - states: leading axis [2 * pairs].
 
 
 def run_seeds(seed: int, run: int, tag: int = RUN_TAG) -> tuple[tf.Tensor, tf.Tensor]:
@@ -75,123 +68,73 @@ def initial_state(
   return lopt.opt_fn(theta).init(task.init_params(seed))
 
 
-def stack_states(state: opt_base.OptState, num: int) -> opt_base.OptState:
-  """`num` copies of an inner state, stacked on a new leading axis of every leaf.
+def stack_states(state: Any, num: int) -> Any:
+  """`num` copies of a state (an inner state, an estimator's worker state), on a new axis 0.
 
   Args:
-    state: one inner state.
+    state: one state.
     num: copies.
   """
   return tf.nest.map_structure(lambda x: tf.stack([x] * num), state)
 
 
-def _step_loss(
+def _unroll(task: task_base.Task, lopt: lopt_base.LearnedOptimizer) -> truncated_unroll.Unroll:
+  """The unrolls of this outer-training: Sec. 2.4's outer loss, plain backpropagation."""
+  return truncated_unroll.Unroll(task, lopt, truncated_unroll.STEP_LOSSES, recompute=False)
+
+
+def make_sample_fn(
   task: task_base.Task,
   lopt: lopt_base.LearnedOptimizer,
-  theta: nests.Theta,
-  state: opt_base.OptState,
+  estimator: estimator_base.Estimator,
   length: int,
-  data_seed: tf.Tensor,
-) -> tuple[tf.Tensor, opt_base.OptState]:
-  """(mean pre-update loss, end state) of one unroll of `length` steps from `state`.
+  sigma: float,
+) -> Callable[..., tuple[estimator_base.Sample, Any]]:
+  """One compiled truncation of N worker states of `estimator`, as N workers would compute it.
 
-  Step t of the run trains on the batch fold_in(data_seed, t), t counted by state.iteration.
-  """
-  unroll = truncated_unroll.Unroll(task, lopt, truncated_unroll.STEP_LOSSES, recompute=False)
-  # Only the training stream is read: the validation seed is a placeholder.
-  (loss,), (end_state,) = truncated_unroll.outer_losses(
-    unroll, (theta,), (state,), length, (data_seed, data_seed)
-  )
-  return loss, end_state
-
-
-def make_truncation_fn(
-  task: task_base.Task, lopt: lopt_base.LearnedOptimizer, length: int
-) -> Callable[[nests.Theta, opt_base.OptState, tf.Tensor], TruncationOutput]:
-  """A compiled truncation of `length` steps: (theta, state, data_seed) -> TruncationOutput.
-
-  The unroll runs under a tf.GradientTape watching theta; the start state's gradient is
-  stopped, so the gradient is that of this truncation alone. The task's data is passed in as an
-  argument, never captured.
+  Worker state n gives estimator.sample(unroll, theta, state_n, length, data_seed, seed_n,
+  sigma), with every unroll on the run's batches (all states are at the same inner step). The N
+  samples are computed in one call (tf.map_fn over the states); the task's data is passed in as
+  an argument, never captured.
 
   Args:
     task: the inner problem.
     lopt: the learned optimizer; theta is what it `init`s.
+    estimator: the outer-gradient estimator (outer/estimators/registry.py).
     length: steps per truncation, a Python int (one trace per length).
+    sigma: the standard deviation of the estimator's perturbation of theta (if it has one).
 
   Returns:
-    fn(theta, state, data_seed) -> TruncationOutput, where the truncation's steps train on the
-    batches of inner steps state.iteration, ... of the run's data stream `data_seed`.
+    fn(theta, states, data_seed, perturbation_seeds) -> (samples, states): `states` the N
+    worker states stacked on axis 0 of every leaf (stack_states), `perturbation_seeds` [N, 2];
+    the samples' leaves and the next states have the leading axis N.
   """
 
   @tf.function(autograph=False)
-  def truncation(
-    theta: nests.Theta, state: opt_base.OptState, data_seed: tf.Tensor, data: Any
-  ) -> TruncationOutput:
-    state = tf.nest.map_structure(tf.stop_gradient, state)
-    with tf.GradientTape() as tape:
-      tape.watch(theta)
-      loss, end_state = _step_loss(task.with_data(data), lopt, theta, state, length, data_seed)
-    gradient = tape.gradient(loss, theta, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-    return TruncationOutput(loss, gradient, end_state)
-
-  return lambda theta, state, data_seed: truncation(
-    theta, state, random_seeds.as_seed(data_seed), task.data
-  )
-
-
-def make_pes_fn(
-  task: task_base.Task, lopt: lopt_base.LearnedOptimizer, length: int, sigma: float
-) -> Callable[..., PESOutput]:
-  """A compiled PES truncation of every antithetic pair (forward only, no backpropagation).
-
-  Pair p draws e_p (antithetic.perturbation, one N(0, sigma^2) draw per pair and leaf of theta)
-  and unrolls its + state at theta + e_p and its - state at theta - e_p for `length` steps on the
-  run's batches. The 2 * pairs unrolls are vectorized over the particles (tf.vectorized_map):
-  the same numbers as separate unrolls, in fewer ops.
-
-  Args:
-    task: the inner problem.
-    lopt: the learned optimizer.
-    length: steps per truncation.
-    sigma: the standard deviation of each coordinate of e.
-
-  Returns:
-    fn(theta, states, data_seed, perturbation_seed) -> PESOutput, with `states` the + states
-    then the - states stacked on axis 0 (stack_states of a fresh state, 2 * pairs copies, at the
-    start of an inner run), all at the same inner step.
-  """
-
-  @tf.function(autograph=False)
-  def pes_truncation(
+  def sample_fn(
     theta: nests.Theta,
-    states: opt_base.OptState,
+    states: Any,
     data_seed: tf.Tensor,
-    perturbation_seed: tf.Tensor,
+    perturbation_seeds: tf.Tensor,
     data: Any,
-  ) -> PESOutput:
-    inner_task = task.with_data(data)
-    pairs = tf.shape(tf.nest.flatten(states)[0])[0] // 2
-    template = tf.nest.map_structure(lambda t: tf.fill([pairs], t), theta)
-    e = antithetic.perturbation(template, perturbation_seed, sigma)
-    thetas = tf.nest.map_structure(lambda t, e: tf.concat([t + e, t - e], 0), theta, e)
-    # The particles share their inner step: one step count for all reads the batches once.
-    first_step = states.iteration[0]
+  ) -> tuple[estimator_base.Sample, Any]:
+    unroll = _unroll(task.with_data(data), lopt)
 
-    def particle(args: tuple) -> tuple[opt_base.OptState, tf.Tensor]:
-      particle_theta, state = args
-      state = state._replace(iteration=first_step)
-      loss, end_state = _step_loss(inner_task, lopt, particle_theta, state, length, data_seed)
-      return end_state, loss
+    def one(args: tuple) -> tuple[estimator_base.Sample, Any]:
+      state, seed = args
+      return estimator.sample(unroll, theta, state, length, data_seed, seed, sigma)
 
-    end_states, losses = tf.vectorized_map(particle, (thetas, states))
-    return PESOutput(losses[:pairs], losses[pairs:], e, end_states)
+    state_spec = tf.nest.map_structure(lambda x: tf.TensorSpec(x.shape[1:], x.dtype), states)
+    theta_spec = tf.nest.map_structure(lambda x: tf.TensorSpec(x.shape, tf.float32), theta)
+    scalar = tf.TensorSpec([], tf.float32)
+    output_spec = (estimator_base.Sample(theta_spec, theta_spec, scalar, scalar), state_spec)
+    return tf.map_fn(one, (states, perturbation_seeds), fn_output_signature=output_spec)
 
-  return lambda theta, states, data_seed, perturbation_seed: pes_truncation(
+  return lambda theta, states, data_seed, perturbation_seeds: sample_fn(
     theta,
     states,
     random_seeds.as_seed(data_seed),
-    random_seeds.as_seed(perturbation_seed),
+    tf.convert_to_tensor(perturbation_seeds, tf.int32),
     task.data,
   )
 
@@ -208,14 +151,21 @@ def make_run_loss_fn(
 
   Returns:
     fn(theta, state, data_seed) -> the mean training loss over the whole run from `state` (the
-    outer loss an untruncated unroll would have).
+    outer loss an untruncated unroll would have), on the batches the truncations read.
   """
 
   @tf.function(autograph=False)
   def run_loss(
     theta: nests.Theta, state: opt_base.OptState, data_seed: tf.Tensor, data: Any
   ) -> tf.Tensor:
-    return _step_loss(task.with_data(data), lopt, theta, state, horizon, data_seed)[0]
+    (loss,), _ = truncated_unroll.outer_losses(
+      _unroll(task.with_data(data), lopt),
+      (theta,),
+      (state,),
+      horizon,
+      truncated_unroll.data_seeds(data_seed),
+    )
+    return loss
 
   return lambda theta, state, data_seed: run_loss(
     theta, state, random_seeds.as_seed(data_seed), task.data
@@ -223,37 +173,34 @@ def make_run_loss_fn(
 
 
 def make_outer_step_fn(
-  outer_optimizer: opt_base.Optimizer, estimator: str
+  outer_optimizer: opt_base.Optimizer, estimator: estimator_base.Estimator
 ) -> Callable[..., tuple[opt_base.OptState, nests.Theta, tf.Tensor]]:
   """The compiled outer step from N samples, in the chief's form (module docstring).
 
   Args:
     outer_optimizer: the pure-function rule that updates theta.
-    estimator: the estimator's name (outer/estimators/registry.py) whose `combine` makes the
-      gradient: "rp" (samples of backpropagated gradients) or "pes" (samples of g_pes).
+    estimator: the estimator whose `combine` makes the gradient from the samples.
 
   Returns:
-    fn(outer_state, samples, loss_plus, loss_minus) -> (outer_state, gradient, applied): the
-    samples a nest like theta with leaves [N, ...], their losses [N]; the state is updated with
-    the combined gradient only when every sample is finite.
+    fn(outer_state, samples) -> (outer_state, gradient, num_kept): `samples` an
+    estimator_base.Sample with leaves [N, ...]; the non-finite samples are dropped and the state
+    is updated with the rest's combined gradient, or left as it was when none is finite.
   """
-
-  combine = registry.get(estimator).combine
 
   @tf.function(autograph=False)
   def outer_step(
-    outer_state: opt_base.OptState,
-    samples: nests.Theta,
-    loss_plus: tf.Tensor,
-    loss_minus: tf.Tensor,
+    outer_state: opt_base.OptState, samples: estimator_base.Sample
   ) -> tuple[opt_base.OptState, nests.Theta, tf.Tensor]:
-    applied = tf.reduce_all(estimates.finite_mask(samples, samples, loss_plus, loss_minus))
-    # One kind of sample, given as both of a sample's estimates: "rp" reads the first, "pes" the
-    # second.
-    gradient = combine(samples, samples)
-    new_state = tf.cond(
-      applied, lambda: outer_optimizer.update(outer_state, gradient), lambda: outer_state
+    keep = estimates.finite_mask(samples.rp, samples.es, samples.loss_plus, samples.loss_minus)
+    num_kept = tf.reduce_sum(tf.cast(keep, tf.int32))
+    rp, es = (
+      tf.nest.map_structure(lambda x: tf.boolean_mask(x, keep), nest)
+      for nest in (samples.rp, samples.es)
     )
-    return new_state, gradient, applied
+    gradient = estimator.combine(rp, es)
+    new_state = tf.cond(
+      num_kept > 0, lambda: outer_optimizer.update(outer_state, gradient), lambda: outer_state
+    )
+    return new_state, gradient, num_kept
 
   return outer_step

@@ -238,7 +238,7 @@ class TruncationBias(runner.Experiment):
     """Every truncation length's curve, then the PES curve."""
     curves = {}
     for length in self.truncation_lengths:
-      curve = self._finish_curve(trainer.train_truncated(length), length)
+      curve = self._finish_curve(trainer.train(training.BACKPROP, length), length)
       curves[truncation_bias_plot.truncation_key(length)] = curve
       logging.info(
         "truncation %d: lr %.3g, last run's mean loss %.4f, %.1f s",
@@ -251,7 +251,9 @@ class TruncationBias(runner.Experiment):
       pes_trainer = training.OuterTrainer(
         task, self.lopt, self.pes_outer_optimizer, self.horizon, self.num_runs, self.seed
       )
-      record = pes_trainer.train_pes(self.pes_truncation, self.pes_pairs, self.pes_sigma)
+      record = pes_trainer.train(
+        "pes", self.pes_truncation, num_samples=self.pes_pairs, sigma=self.pes_sigma
+      )
       key = truncation_bias_plot.pes_key(self.pes_truncation)
       curves[key] = self._finish_curve(record, self.pes_truncation)
     return curves

@@ -16,6 +16,8 @@ from task_specific_learned_opt.figures import hyperparameter_training, hyperpara
 from task_specific_learned_opt.figures import truncation_bias as tb
 from task_specific_learned_opt.learned_optimizers import hyperparameters
 from task_specific_learned_opt.optimizers import adam, sgd
+from task_specific_learned_opt.outer import antithetic, truncated_unroll
+from task_specific_learned_opt.outer.estimators import registry
 from task_specific_learned_opt.tasks import families, generated, networks, quadratic
 
 APP_G = sorted(glob.glob(os.path.join(testing_utils.REPO, "gin", "figures", "appg_*.gin")))
@@ -100,7 +102,8 @@ def test_state_is_carried_across_truncations():
   theta = _theta(1e-2)
   record = trainer.gradients_over_run(length, theta)
   state, data_seed = trainer.fresh_state(theta, 0)
-  _, losses = inner_training.unroll(task, lopt.opt_fn(theta), state, length * count, data_seed)
+  train_seed, _ = truncated_unroll.data_seeds(data_seed)
+  _, losses = inner_training.unroll(task, lopt.opt_fn(theta), state, length * count, train_seed)
   expected = losses.numpy().reshape(count, length).mean(axis=1)
   np.testing.assert_allclose(record["outer_loss"], expected, rtol=1e-5)
   assert record["start_step"] == [0, 4, 8]
@@ -114,14 +117,21 @@ def test_state_is_carried_across_truncations():
 def test_outer_step_applies_the_outer_optimizer_to_theta():
   task = quadratic.QuadraticTask(dim=3)
   trainer = _trainer(task, _lopt(sgd.SGD, lr=0.1), horizon=6, num_runs=2)
-  record = trainer.train_truncated(2)
+  record = trainer.train("backprop", 2)
   assert record["inner_step"] == [2, 4, 6, 8, 10, 12]
   log_lr = np.log([0.1] + record["learning_rate"])
   # SGD with lr 0.1 on theta = log lr: theta_k = theta_{k-1} - 0.1 g_k.
   np.testing.assert_allclose(np.diff(log_lr), -0.1 * np.array(record["gradient"]), atol=1e-5)
   assert record["skipped"] == 0
   with pytest.raises(ValueError, match="divide"):
-    trainer.train_truncated(4)
+    trainer.train("backprop", 4)
+
+
+def _perturbations(seeds, sigma):
+  """The e_n of each worker state's PES sample, drawn from its perturbation seed as PES does."""
+  return [
+    float(antithetic.perturbation(_theta(1.0), seed, sigma)["learning_rate"]) for seed in seeds
+  ]
 
 
 def test_pes_accumulators_sum_the_perturbations_and_reset_with_the_run():
@@ -129,11 +139,10 @@ def test_pes_accumulators_sum_the_perturbations_and_reset_with_the_run():
   trainer = _trainer(task, _lopt(sgd.SGD, lr=0.1), horizon=6, num_runs=2)
   seen = []
 
-  def hook(run, k, accumulator, perturbation):
-    seen.append((run, k, accumulator, perturbation["learning_rate"].numpy().tolist()))
+  def hook(run, k, states, samples, seeds):
+    seen.append((run, k, states.accumulator, _perturbations(seeds, 0.1)))
 
-  record = trainer.train_pes(2, pairs=2, sigma=0.1, hook=hook)
-  assert record["accumulator_count"] == [1, 2, 3, 1, 2, 3]
+  record = trainer.train("pes", 2, num_samples=2, sigma=0.1, hook=hook)
   assert [(run, k) for run, k, *_ in seen] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
   for run in range(2):
     steps = [s for s in seen if s[0] == run]
@@ -141,7 +150,7 @@ def test_pes_accumulators_sum_the_perturbations_and_reset_with_the_run():
       running = 0.0
       for _, k, accumulator, perturbation in steps:
         running += perturbation[pair]
-        assert accumulator.num_truncations == k + 1
+        assert int(accumulator.num_truncations[pair]) == k + 1
         assert float(accumulator.perturbation_sum["learning_rate"][pair]) == pytest.approx(
           running, abs=1e-6
         )
@@ -149,6 +158,7 @@ def test_pes_accumulators_sum_the_perturbations_and_reset_with_the_run():
   firsts = [s[3] for s in seen]
   assert len({round(e, 7) for pair in firsts for e in pair}) == 12
   assert len(record["outer_loss"]) == 6 and all(np.isfinite(record["gradient"]))
+  assert record["skipped"] == record["dropped"] == 0
 
 
 def test_pes_gradient_is_the_mean_over_pairs_of_the_accumulated_formula():
@@ -159,32 +169,47 @@ def test_pes_gradient_is_the_mean_over_pairs_of_the_accumulated_formula():
   lopt = _lopt(sgd.SGD, lr=0.1)
   trainer = _trainer(task, lopt, horizon=4)
   seen = []
-  record = trainer.train_pes(
-    4, pairs=3, sigma=1e-2, hook=lambda *args: seen.append(args[3]["learning_rate"].numpy())
+  record = trainer.train(
+    "pes", 4, num_samples=3, sigma=1e-2, hook=lambda *args: seen.append(args[4])
   )
   backprop = trainer.gradients_over_run(4, _theta(0.1))["gradient"][0]
-  expected = backprop * np.mean(np.square(seen[0])) / 1e-4
+  expected = backprop * np.mean(np.square(_perturbations(seen[0], 1e-2))) / 1e-4
   assert record["gradient"][0] == pytest.approx(expected, rel=0.02)
 
 
-def test_vectorized_pes_particles_equal_separate_unrolls():
+@pytest.mark.parametrize("name", ["pes", "backprop", "merged"])
+def test_each_worker_states_sample_in_one_call_equals_the_estimators_sample_alone(name):
+  # The trainer computes N worker states' samples in one compiled call; each must be the
+  # estimator's own `sample` of that state, as a worker would compute it alone.
   task = _mlp_task()
   lopt = _lopt(adam.Adam, lr=1e-2)
   trainer = _trainer(task, lopt, horizon=6)
   theta = _theta(1e-2)
   state, data_seed = trainer.fresh_state(theta, 0)
-  fn = hyperparameter_truncations.make_pes_fn(task, lopt, 3, sigma=0.3)
-  out = fn(theta, hyperparameter_truncations.stack_states(state, 4), data_seed, [5, 6])
-  single = trainer.truncation_fn(3)
-  for pair in range(2):
-    e = float(out.perturbation["learning_rate"][pair])
-    for sign, losses in ((1, out.loss_plus), (-1, out.loss_minus)):
-      expected = single(_theta(1e-2 * math.exp(sign * e)), state, data_seed)
-      assert float(losses[pair]) == pytest.approx(float(expected.loss), rel=1e-5)
-      index = pair if sign == 1 else 2 + pair
+  estimator = registry.get(name)
+  states = hyperparameter_truncations.stack_states(estimator.init_state(state, theta), 3)
+  seeds = tf.constant([[0, 5], [0, 6], [0, 7]], tf.int32)
+  fn = trainer.sample_fn(name, 3, sigma=0.3)
+  samples, _ = fn(theta, states, data_seed, seeds)
+  samples, ends = fn(theta, _, data_seed, seeds + 10)  # The second truncation, carried states.
+  unroll = truncated_unroll.Unroll(task, lopt, truncated_unroll.STEP_LOSSES, recompute=False)
+  for n in range(3):
+    alone = estimator.init_state(state, theta)
+    alone = estimator.sample(unroll, theta, alone, 3, data_seed, seeds[n], 0.3)[1]
+    sample, end = estimator.sample(unroll, theta, alone, 3, data_seed, seeds[n] + 10, 0.3)
+    for got, want in ((samples.loss_plus[n], sample.loss_plus), (samples.loss_minus[n], sample.loss_minus)):
+      assert float(got) == pytest.approx(float(want), rel=1e-5)
+    for field in ("rp", "es"):
       np.testing.assert_allclose(
-        out.states.params["layer0"]["w"][index], expected.state.params["layer0"]["w"], atol=1e-6
+        getattr(samples, field)["learning_rate"][n], getattr(sample, field)["learning_rate"],
+        rtol=1e-4, atol=1e-6,
       )
+    np.testing.assert_allclose(
+      tf.nest.flatten(ends)[1][n], tf.nest.flatten(end)[1], rtol=1e-5, atol=1e-6
+    )
+  # The states draw different perturbations (PES, merged), so their samples differ.
+  if name != "backprop":
+    assert len({round(float(x), 6) for x in samples.loss_plus}) == 3
 
 
 def test_rolling_average_is_bias_corrected_and_skips_non_finite_values():
@@ -256,7 +281,7 @@ def test_fig3_gin_runs_through_bin_figure(tmp_path):
   assert set(result["curves"]) == {"2", "4", "40", "pes_2"}
   for key, length in (("2", 2), ("4", 4), ("40", 40), ("pes_2", 2)):
     _check_curve(result["curves"][key], length)
-  assert result["curves"]["pes_2"]["accumulator_count"] == list(range(1, 21)) * 2
+  assert all(c["skipped"] == c["dropped"] == 0 for c in result["curves"].values())
   gradients = result["gradients_over_run"]
   assert gradients["2"]["start_step"] == list(range(0, 40, 2))
   assert gradients["2"]["sum"] == pytest.approx(sum(gradients["2"]["gradient"]), rel=1e-6)

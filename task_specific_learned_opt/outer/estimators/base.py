@@ -4,9 +4,9 @@ An estimator has two sides. A worker keeps the estimator's state between the tru
 inner-training run (at least the inner optimizer state the next unroll starts from; PES also the
 - unroll's state and the sum of its perturbations), and turns each truncation into a Sample. The
 chief stacks a batch of N samples on axis 0 of every leaf and combines them into the one gradient
-it gives Adam. Local mode's and the cluster's workers call the worker side; the chief and the
-figures' hyper-parameter training (whose truncations are their own) call `combine`. None of them
-asks which estimator it has:
+it gives Adam. Local mode's and the cluster's workers call the worker side, the chief `combine`;
+the figures' hyper-parameter training (figures/hyperparameter_training.py) calls both. None of
+them asks which estimator it has:
 
   estimator = registry.get("merged")
   # worker, at the start of an inner run (a new task, or a reset past the horizon):

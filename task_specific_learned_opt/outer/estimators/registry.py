@@ -11,6 +11,7 @@ from task_specific_learned_opt.outer.estimators import (
   merged,
   persistent_es,
   reparameterization,
+  truncated_backprop,
   truncated_es,
 )
 
@@ -21,6 +22,7 @@ ESTIMATORS: dict[str, type[base.Estimator]] = {
   "es": truncated_es.TruncatedES,  # Fig. 8 "ES".
   "pes": persistent_es.PersistentES,  # Beyond the paper: docs/pes.md.
   "pes_merged": persistent_es.PersistentESMerged,  # Eq. 1 over g_rp and g_pes.
+  "backprop": truncated_backprop.TruncatedBackprop,  # Sec. 2.4, Fig. 3: one unroll at theta.
 }
 
 

@@ -28,6 +28,8 @@ EXPECTED = {
   # PES's samples carry g_pes as their ES estimate.
   "pes": lambda rp, es: es.mean(axis=0),
   "pes_merged": _numpy_merge,
+  # Truncated backpropagation's samples carry no ES estimate (zeros).
+  "backprop": lambda rp, es: rp.mean(axis=0),
 }
 
 
@@ -62,7 +64,8 @@ def test_combine_in_a_tf_function_with_a_dynamic_batch(name):
 def test_only_the_pes_estimators_carry_two_unrolls():
   two = [n for n in registry.names() if registry.get(n).state_type is persistent_es.PESState]
   assert two == ["pes", "pes_merged"]
-  assert all(registry.get(n).state_type is base.UnrollState for n in ("merged", "rp", "es"))
+  one = ("merged", "rp", "es", "backprop")
+  assert all(registry.get(n).state_type is base.UnrollState for n in one)
 
 
 def test_an_unknown_name_is_refused_with_the_known_ones():
