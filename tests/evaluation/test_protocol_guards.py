@@ -9,8 +9,10 @@ running a search on outer-train tasks. And each shipped theta is the snapshot it
 measured lowest on outer-train tasks.
 """
 
+import collections
 import json
 import os
+import re
 
 import gin
 import numpy as np
@@ -225,6 +227,29 @@ def test_the_reported_evaluations_share_with_choices_exactly_the_known_violation
   assert not found - listed, f"new: a reported evaluation uses a choice's tasks: {found - listed}"
   assert not listed - found, f"no longer found; update known_violations: {listed - found}"
   assert all(v["reason"] for v in ledger.read()["known_violations"])
+
+
+def test_every_re_run_a_known_violation_names_shares_no_seed_or_task_with_any_choice(audited):
+  # A violation's reason may name the evaluation that re-ran it on tasks no choice used; that
+  # re-run must be in the ledger, evaluate the same kind of tasks (the same experiment family),
+  # and share at most classes with every choice that concerns it.
+  usages = audited["usages"]
+  shares = collections.defaultdict(set)
+  for found in audited["violations"]:
+    shares[found["evaluation"]].update(found["shares"])
+  twins = 0
+  for violation in ledger.read()["known_violations"]:
+    if "re-run on tasks no choice used" not in violation["reason"] and "is in \"" not in (
+      violation["reason"]
+    ):
+      continue
+    for name in re.findall(r'"([^"]+)"', violation["reason"]):
+      assert name in usages, (violation["evaluation"], name)
+      twin = usages[name]
+      assert twin.family == usages[violation["evaluation"]].family, name
+      assert shares[name] <= {"classes"}, (name, shares[name])
+      twins += 1
+  assert twins >= 10
 
 
 def test_the_paper_family_evaluation_shares_nothing_with_any_choice(audited):
