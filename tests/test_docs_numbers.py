@@ -862,3 +862,64 @@ def test_app_f_on_seed_6_in_the_docs_is_its_shipped_evaluation(found, table):
   ) in row
   for r in _rows(found, "app_f_seed_6", "L_valid", "final_test_loss"):
     assert f"{r['baseline_mean_loss']:.3f} ({statistics.claim(r)})" in row, r["baseline"]
+
+
+def _variances(run):
+  """Fig. 4's numbers of one shipped run, from its progress.jsonl."""
+  records = files.read_jsonl(os.path.join(testing_utils.REPO, "pretrained", run, "progress.jsonl"))
+  rp, es = (np.array([r[k] for r in records]) for k in ("rp_variance", "es_variance"))
+  weight = np.array([r["es_weight"] for r in records])
+  ratio, quarters = rp / es, np.array_split(np.arange(len(records)), 4)
+  top = int(np.argmax(ratio))
+  return {
+    "steps": len(records),
+    "above": int(np.sum(rp > es)),
+    "ratio": _sci(ratio[top]),
+    "step": records[top]["outer_step"],
+    "weight_there": f"{weight[top]:.2f}",
+    "max_weight": f"{weight.max():.3f}",
+    "growth": f"{np.median(rp[quarters[-1]]) / np.median(rp[quarters[0]]):.1f}",
+    "es_growth": f"{np.median(es[quarters[-1]]) / np.median(es[quarters[0]]):.1f}",
+    "median_ratio": _sci(np.median(ratio)),
+  }
+
+
+def _sci(x):
+  mantissa, exponent = f"{x:.1e}".split("e")
+  return f"{mantissa}e{int(exponent)}"
+
+
+def test_fig4_in_the_docs_is_the_shipped_runs_variances(table):
+  valid = _variances("generated_bn_cnn_valid")
+  long = _variances("l_valid_alternatives/horizon_1000")
+  main = _variances("main_job")
+  assert main["above"] == 0 and valid["above"] > 0 and long["above"] > 0
+  row = table["Fig. 4"]
+  assert (
+    f"g_rp's variance above g_es's at {valid['above']} of {valid['steps']} outer steps, up to "
+    f"{valid['ratio']} times (step {valid['step']}, ES weight {valid['weight_there']} there), its "
+    f"median {valid['growth']}x higher in the run's last quarter than in its first (g_es's "
+    f"{valid['es_growth']}x); at horizon 1,000 (`pretrained/l_valid_alternatives/horizon_1000/`) "
+    f"up to {long['ratio']} times; in the main job's {main['steps']} steps never (at most "
+    f"{main['ratio']} of it)"
+  ) in row
+  assert f"its median stays below g_es's ({valid['median_ratio']} of it)" in row
+  with open(os.path.join(testing_utils.REPO, "docs", "outer_training.md")) as f:
+    doc = re.sub(r"\s+", " ", f.read())
+  assert (
+    f"stays below g_es's at all {main['steps']} outer steps (at most {main['ratio']} of it, at "
+    f"step {main['step']}) and the merge gives ES a weight of at most {main['max_weight']}"
+  ) in doc
+  assert (
+    f"above g_es's at {valid['above']} of its {valid['steps']} outer steps, up to {valid['ratio']} "
+    f"times (step {valid['step']}, where ES takes a weight of {valid['weight_there']})"
+  ) in doc
+  assert f"up to {long['ratio']} times; over the L_valid run" in doc
+  assert f"grows {valid['growth']}x from its first quarter to its last (g_es's " in doc
+  assert f"({valid['median_ratio']} of it)." in doc
+  with open(os.path.join(testing_utils.REPO, "docs", "results.md")) as f:
+    results = re.sub(r"\s+", " ", f.read())
+  assert (
+    f"run: {valid['above']} of {valid['steps']} outer steps, up to {valid['ratio']} times; at "
+    f"horizon 1,000 up to {long['ratio']} times)"
+  ) in results
