@@ -923,3 +923,113 @@ def test_fig4_in_the_docs_is_the_shipped_runs_variances(table):
     f"run: {valid['above']} of {valid['steps']} outer steps, up to {valid['ratio']} times; at "
     f"horizon 1,000 up to {long['ratio']} times)"
   ) in results
+
+
+def _study(name, key):
+  with open(os.path.join(testing_utils.REPO, "docs", name)) as f:
+    return json.load(f)[key]
+
+
+@pytest.mark.parametrize(
+  "name, key, metric, words",
+  [
+    ("quickstart_seeds.json", "quickstart", "mean_train_loss", "LR-tuned Adam on outer-test tasks"),
+    (
+      "quickstart_valid_seeds.json",
+      "quickstart_valid",
+      "final_test_loss",
+      "validation-tuned Adam on outer-test final test loss",
+    ),
+  ],
+)
+def test_the_readmes_fig5_row_is_the_quickstarts_seed_studies(table, name, key, metric, words):
+  study = _study(name, key)
+  adam = study["reference"]["outer_test"][metric]
+  firsts, ends = [], []
+  for run in study["seeds"].values():
+    below = [r for r in run["records"] if r["outer_test"][metric] < adam]
+    assert below  # Every seed passes the baseline.
+    firsts.append(below[0]["outer_step"])
+    ends.append(run["records"][-1]["outer_test"][metric])
+  n = len(study["seeds"])
+  assert (
+    f"{n} of {n} seeds pass {words} between outer steps {min(firsts)} and {max(firsts)}, end at "
+    f"{min(ends):.2f}-{max(ends):.2f} against {adam:.2f}"
+  ) in table["Fig. 5"]
+
+
+def test_the_readmes_fig8_row_is_the_ablation_studys_medians(table):
+  study = _study(os.path.join("ablations_small", "ablations.json"), "results")
+  names = {
+    "merged": "merged",
+    "estimator_rp": "g_rp only",
+    "estimator_es": "ES only",
+    "fixed_10": "fixed 10",
+    "fixed_100": "fixed 100",
+    "fixed_500": "fixed 500",
+    "no_momentum": "no momentum",
+    "no_time": "no time",
+  }
+  medians = ", ".join(f"{names[k]} {np.median(study[k]['window_loss']):.3f}" for k in names)
+  assert f"window medians: {medians} |" in table["Fig. 8"], medians
+
+
+def test_the_readmes_app_c_row_is_the_main_jobs_run(table):
+  records = files.read_jsonl(os.path.join(MAIN_JOB, "progress.jsonl"))
+  first = np.mean([r["outer_loss"] for r in records[:10]])
+  last = np.mean([r["outer_loss"] for r in records[-10:]])
+  n = len(records)
+  assert (f"mean outer loss {first:.2f} (outer steps 1-10) -> {last:.2f} ({n - 9}-{n})") in table[
+    "App. C"
+  ]
+
+
+def _benchmark_json(name):
+  with open(os.path.join(testing_utils.REPO, "benchmarks", "results", name)) as f:
+    return json.load(f)
+
+
+def test_the_readmes_speed_rows_are_their_benchmarks(table):
+  # App. I: the median of the 6 runs' median learned/Adam ratios, with the lowest and highest.
+  runs = [f"paper_cnn_cpu_fused_run{i}.json" for i in range(1, 6)]
+  runs.append("paper_cnn_cpu_fused_with_reference.json")
+  ratios = [_benchmark_json(r)["ratios"]["mlp_lopt/adam"]["median"] for r in runs]
+  assert (
+    f"CPU: learned/Adam {np.median(ratios):.3f} [{min(ratios):.3f}, {max(ratios):.3f}], median "
+    f"of {len(runs)} runs"
+  ) in table["App. I"]
+  shipped = [
+    _benchmark_json(f"generated_bn_cnn_cpu_shipped_{t}_theta.json")["ratios"]["mlp_lopt/adam"][
+      "median"
+    ]
+    for t in ("train", "valid")
+  ]
+  assert (
+    f"0.{round(100 * shipped[0]):02d} and 0.{round(100 * shipped[1]):02d} with the"
+    in (table["App. I"])
+  )
+  with open(os.path.join(testing_utils.REPO, "docs", "performance.md")) as f:
+    performance = f.read()
+  speeds = [
+    np.median([_benchmark_json(r)["batches_per_second"][k]["median"] for r in runs])
+    for k in ("sgd", "adam", "mlp_lopt")
+  ]
+  by_sgd = [_benchmark_json(r)["ratios"]["mlp_lopt/sgd"]["median"] for r in runs]
+  assert (
+    "| median of the 6 runs' medians [lowest, highest run] | "
+    + " | ".join(f"{x:.0f}" for x in speeds)
+    + f" | **{np.median(ratios):.3f}** [{min(ratios):.3f}, {max(ratios):.3f}] | "
+    f"**{np.median(by_sgd):.3f}** [{min(by_sgd):.3f}, {max(by_sgd):.3f}] |"
+  ) in performance
+  assert f"runs at {np.median(ratios):.3f} of Adam's speed here" in performance
+  keras = _benchmark_json("keras_optimizer.json")["ratios"]["learned/adam"]
+  assert (
+    f"`model.fit` at {keras['median']:.3f} [{keras['q25']:.3f}, {keras['q75']:.3f}] of Keras "
+    "Adam's steps/s"
+  ) in table["beyond: Keras"]
+  first = _benchmark_json("outer_step_ab_quickstart.json")["ratio_to_before"]["after"]
+  second = _benchmark_json("outer_step_ab_bn_gradient.json")["outer_steps_per_minute"]
+  per_round = np.divide(second["after"], second["before"])
+  row = table["beyond: outer-training speed"]
+  assert f"in local mode {first['median_of_rounds']:.2f}x faster (median of 3" in row
+  assert f"written out: {np.median(per_round):.2f}x more (3 rounds" in row

@@ -35,7 +35,7 @@ RUN_TAG, PES_TAG, EVAL_TAG = 0, 1, 2
 
 
 class TruncationOutput(NamedTuple):
-  """What one backpropagated truncation gives: its outer loss, d loss / d theta and the end state."""
+  """One backpropagated truncation: its outer loss, d loss / d theta and the end state."""
 
   loss: tf.Tensor  # Mean inner training loss over the truncation's steps.
   gradient: nests.Theta

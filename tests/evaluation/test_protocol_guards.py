@@ -239,8 +239,9 @@ def test_every_re_run_a_known_violation_names_shares_no_seed_or_task_with_any_ch
     shares[found["evaluation"]].update(found["shares"])
   twins = 0
   for violation in ledger.read()["known_violations"]:
-    if "re-run on tasks no choice used" not in violation["reason"] and "is in \"" not in (
-      violation["reason"]
+    if (
+      "re-run on tasks no choice used" not in violation["reason"]
+      and 'is in "' not in (violation["reason"])
     ):
       continue
     for name in re.findall(r'"([^"]+)"', violation["reason"]):

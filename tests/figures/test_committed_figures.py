@@ -14,7 +14,6 @@ import re
 
 import numpy as np
 import pytest
-
 import testing_utils
 
 FIGURES = os.path.join(testing_utils.REPO, "docs", "figures")
@@ -112,7 +111,9 @@ def test_fig3_table_and_text_are_its_run():
   first = gradients["1000"]["gradient"][:2]
   assert f"{first[0]:.2f} and {first[1]:.2f} for the first two 1,000-step" in section
   later = [np.asarray(gradients[str(n)]["gradient"][1:]) for n in (10, 100, 1000)]
-  shares = ", ".join(f"{np.mean(g > 0):.0%}" for g in later[:2]) + f" and {np.mean(later[2] > 0):.0%}"
+  shares = (
+    ", ".join(f"{np.mean(g > 0):.0%}" for g in later[:2]) + f" and {np.mean(later[2] > 0):.0%}"
+  )
   assert f"({shares} of them for 10, 100 and 1,000 steps" in section, shares
   tops = ", ".join(f"+{g.max():.2g}" for g in later[:2]) + f" and +{later[2].max():.2g}"
   assert f"up to {tops})" in section, tops
@@ -209,7 +210,9 @@ def test_the_toy_losses_numbers_are_their_runs():
   )
   converged = max(grad[steps.index(100) :])
   assert f"it is at most {converged:.3g} everywhere on the grid" in section
-  assert f"reaches {max(plain['max_abs_dloss_dtheta']):.2g} at T = 30".replace("e+0", "e") in section
+  assert (
+    f"reaches {max(plain['max_abs_dloss_dtheta']):.2g} at T = 30".replace("e+0", "e") in section
+  )
 
 
 def test_app_as_numbers_are_its_run():
@@ -247,9 +250,10 @@ def test_fig2d_and_fig2ef_numbers_are_their_runs():
   slices = _figure("fig2ef_outer_loss_slices")
   section = _section("Fig. 2e-f: slices of a learned optimizer's outer-loss surface")
   second = slices["line_mean_abs_second_difference"]
-  assert "the mean |second difference| of the slice is " + ", ".join(
-    f"{x:.3f}" for x in second
-  ) in section
+  assert (
+    "the mean |second difference| of the slice is " + ", ".join(f"{x:.3f}" for x in second)
+    in section
+  )
   variation = ", ".join(f"{x:.1f}" for x in slices["line_total_variation"])
   assert f"its total variation {variation}" in section
   laplacian = slices["grid_mean_abs_laplacian"]

@@ -197,12 +197,17 @@ def test_each_worker_states_sample_in_one_call_equals_the_estimators_sample_alon
     alone = estimator.init_state(state, theta)
     alone = estimator.sample(unroll, theta, alone, 3, data_seed, seeds[n], 0.3)[1]
     sample, end = estimator.sample(unroll, theta, alone, 3, data_seed, seeds[n] + 10, 0.3)
-    for got, want in ((samples.loss_plus[n], sample.loss_plus), (samples.loss_minus[n], sample.loss_minus)):
+    for got, want in (
+      (samples.loss_plus[n], sample.loss_plus),
+      (samples.loss_minus[n], sample.loss_minus),
+    ):
       assert float(got) == pytest.approx(float(want), rel=1e-5)
     for field in ("rp", "es"):
       np.testing.assert_allclose(
-        getattr(samples, field)["learning_rate"][n], getattr(sample, field)["learning_rate"],
-        rtol=1e-4, atol=1e-6,
+        getattr(samples, field)["learning_rate"][n],
+        getattr(sample, field)["learning_rate"],
+        rtol=1e-4,
+        atol=1e-6,
       )
     np.testing.assert_allclose(
       tf.nest.flatten(ends)[1][n], tf.nest.flatten(end)[1], rtol=1e-5, atol=1e-6
