@@ -2,9 +2,12 @@
 ES is biased."""
 
 import itertools
+import os
+import re
 
 import numpy as np
 import tensorflow as tf
+import testing_utils
 
 from task_specific_learned_opt import random_seeds
 from task_specific_learned_opt.learned_optimizers import hyperparameters
@@ -198,6 +201,32 @@ def test_pes_is_unbiased_for_the_full_run_where_truncated_es_is_not():
   assert abs(z["pes"]) < 4, z
   assert abs(z["truncated_es vs greedy"]) < 4, z
   assert z["truncated_es"] > 20, z
+  # docs/pes.md and the README print these numbers (to float32's reproducibility across machines).
+  with open(os.path.join(testing_utils.REPO, "docs", "pes.md")) as f:
+    doc = re.sub(r"\s+", " ", f.read())
+  printed = re.search(
+    r"PES mean (\S+), standard error (\S+), z = (\S+) against the full gradient; truncated ES "
+    r"mean (\S+), standard error (\S+), z = (\S+) against the full gradient and z = (\S+) ",
+    doc,
+  )
+  pes_runs, es_runs = runs[True], runs[False]
+  computed = [
+    pes_runs.mean(),
+    pes_runs.std(ddof=1) / np.sqrt(NUM_SAMPLES),
+    z["pes"],
+    es_runs.mean(),
+    es_runs.std(ddof=1) / np.sqrt(NUM_SAMPLES),
+    z["truncated_es"],
+    z["truncated_es vs greedy"],
+  ]
+  tolerances = [2e-5, 2e-5, 0.05, 2e-5, 2e-5, 0.5, 0.05]
+  for text, value, tolerance in zip(printed.groups(), computed, tolerances, strict=True):
+    assert abs(float(text) - value) <= tolerance, (text, value)
+  assert f"(-{abs(exact['full']):.5f})" in doc and f"(-{abs(exact['greedy']):.5f})" in doc
+  with open(os.path.join(testing_utils.REPO, "README.md")) as f:
+    (row,) = [line for line in f if line.startswith("| beyond: PES |")]
+  pes_z, es_z = re.search(r"\(z = (\S+)\), truncated ES not \(z = (\S+)\)", row).groups()
+  assert abs(float(pes_z) - z["pes"]) <= 0.05 and abs(float(es_z) - z["truncated_es"]) <= 0.5
 
 
 def test_a_pes_truncation_continues_both_trajectories():
