@@ -736,7 +736,7 @@ def test_fig6_on_seed_6_in_the_docs_is_its_shipped_evaluation(found, table):
   """Fig. 6 again on tasks no choice used: docs/pretrained.md's table, and the README's row and
   status line, against pretrained/fig6/evaluation_seed_6/."""
   records = [r for r in found if r["evaluation"] == "fig6_seed_6"]
-  assert len(records) == 2 * 3 * 4  # Two thetas, three metrics, four baselines.
+  assert len(records) == 2 * 3 * 5  # Two thetas, three metrics, Fig. 6's four and the refined.
   assert {r["num_tasks"] for r in records} == {20}
   text = _pretrained_doc_section("Every Fig. 6 baseline on tasks no choice used (seed 6)")
   _assert_theta_metric_table(text, records)
@@ -757,6 +757,66 @@ def test_fig6_on_seed_6_in_the_docs_is_its_shipped_evaluation(found, table):
     with open(os.path.join(testing_utils.REPO, name)) as f:
       flat = re.sub(r"\s+", " ", f.read())
     assert f"{words} {min(wins)}-{max(wins)} of 20, every interval above zero" in flat, name
+  _assert_the_refined_adam_on_seed_6(found, row)
+
+
+def _assert_the_refined_adam_on_seed_6(found, row):
+  """The sceptic's Adam on seed 6's tasks: the README's row and status line, docs/pretrained.md's
+  paragraph and docs/results.md, against the shipped evaluation."""
+  refined = {
+    (r["learned"], r["metric"]): r
+    for r in found
+    if r["evaluation"] == "fig6_seed_6" and "refined" in r["baseline"]
+  }
+  assert len(refined) == 6
+  train = refined[("L_train", "mean_loss")]
+  fast = refined[("L_valid", "mean_loss")]
+  final = refined[("L_valid", "final_test_loss")]
+  average = refined[("L_valid", "mean_test_loss")]
+  assert train["outcome"] == statistics.BASELINE_AHEAD  # The L_train theta trains slower.
+  assert {fast["outcome"], final["outcome"]} == {statistics.LEARNED_AHEAD}
+
+  def pair(r):
+    return f"{r['learned_mean_loss']:.3f} against {r['baseline_mean_loss']:.3f}"
+
+  assert (
+    f"L_train theta {pair(train)} ({statistics.claim(train)}), L_valid theta mean training loss "
+    f"{pair(fast)} ({statistics.claim(fast)}), final test loss {pair(final)} "
+    f"({statistics.claim(final)})"
+  ) in row
+  with open(os.path.join(testing_utils.REPO, "README.md")) as f:
+    readme = re.sub(r"\s+", " ", f.read())
+  assert f"the theta winning {statistics.claim(train)}" in readme
+  assert f"trains faster than it, {statistics.claim(fast)}, and ends" in readme
+  assert f"test loss, {statistics.claim(final)}." in readme
+  text = re.sub(
+    r"\s+", " ", _pretrained_doc_section("Every Fig. 6 baseline on tasks no choice used (seed 6)")
+  )
+  assert (
+    f"mean training loss {train['baseline_mean_loss']:.3f} against "
+    f"{train['learned_mean_loss']:.3f}; the theta wins {statistics.claim(train)})"
+  ) in text
+  assert f"on {fast['wins']} of 20 ({pair(fast)}; {statistics.claim(fast).split('(', 1)[1]}" in text
+  assert f"final test loss {pair(final)}, {final['wins']} of 20" in text
+  assert f"test loss averaged over the run {average['wins']} of 20" in text
+  hparams = _summary_hparams("fig6", "evaluation_seed_6")
+  for objective, words in (("train", "training loss"), ("valid", "validation loss")):
+    (beta1,) = [v["beta1"] for k, v in hparams.items() if k.endswith(f"on {objective} loss)")]
+    counts = ", ".join(
+      f"{b:g} on {beta1.count(b)}{' task' if i == 0 and objective == 'train' else ''}"
+      for i, b in enumerate(sorted(set(beta1)))
+    )
+    assert f"{words}: {counts}" in text, counts
+  with open(os.path.join(testing_utils.REPO, "docs", "results.md")) as f:
+    results = re.sub(r"\s+", " ", f.read())
+  assert f"trains slower (it wins {train['wins']} of 20, baseline ahead)" in results
+  assert f"faster than that Adam ({fast['wins']} of 20)" in results
+  assert f"loss ({final['wins']} of 20, interval above zero)" in results
+
+
+def _summary_hparams(*path):
+  with open(os.path.join(testing_utils.REPO, "pretrained", *path, "summary.json")) as f:
+    return json.load(f)["tuned_hparams"]
 
 
 MAIN_JOB = os.path.join(testing_utils.REPO, "pretrained", "main_job")

@@ -54,7 +54,11 @@ EXPERIMENTS = {
     },
     ("train", "valid"),
   ),
-  "pretrained_fig6_seed6.gin": (("adam", "rmsprop", "sgdm"), SHIPPED_THETAS, ("train", "valid")),
+  "pretrained_fig6_seed6.gin": (
+    ("adam", "rmsprop", "sgdm", "adam_refined"),
+    SHIPPED_THETAS,
+    ("train", "valid"),
+  ),
   "pretrained_adam_reg_decay_1000.gin": (
     (),
     SHIPPED_THETAS,
