@@ -1093,3 +1093,75 @@ def test_the_readmes_speed_rows_are_their_benchmarks(table):
   row = table["beyond: outer-training speed"]
   assert f"in local mode {first['median_of_rounds']:.2f}x faster (median of 3" in row
   assert f"written out: {np.median(per_round):.2f}x more (3 rounds" in row
+
+
+def _independent_batches_run(workers):
+  path = os.path.join(
+    testing_utils.REPO, "benchmarks", "results", "independent_batches", f"w{workers}"
+  )
+  records = files.read_jsonl(os.path.join(path, "progress.jsonl"))
+  with open(os.path.join(path, "process.json")) as f:
+    process = json.load(f)
+  with open(os.path.join(path, "eval", "summary.json")) as f:
+    comparisons = {c["metric"]: c for c in json.load(f)["comparisons"] if c["learned"] == "learned"}
+  return records, process, comparisons
+
+
+def test_the_independent_batches_table_is_its_two_runs():
+  runs = {w: _independent_batches_run(w) for w in (4, 8)}
+  end = min(records[-1]["elapsed_seconds"] for records, _, _ in runs.values())
+  cells = {}
+  for w, (records, process, comparisons) in runs.items():
+    assert process["rc"] == 0 and len(records) == 80
+    seconds = np.array([r["elapsed_seconds"] for r in records])
+    window = (seconds > 0.75 * end) & (seconds <= end)
+    rp, es = (np.array([r[k] for r in records]) for k in ("rp_variance", "es_variance"))
+    above = [r["outer_step"] for r in records if r["rp_variance"] > r["es_variance"]]
+    train, final = comparisons["mean_loss"], comparisons["final_test_loss"]
+    cells[w] = {
+      "time": f"{seconds[-1]:.0f} s",
+      "memory": f"{process['max_rss_bytes'] / 1e9:.2f} GB",
+      "inner": f"{records[-1]['inner_steps']:,}",
+      "window": f"{np.mean(np.array([r['outer_loss'] for r in records])[window]):.2f}",
+      "weight": f"{np.mean([r['es_weight'] for r in records]):.3f}",
+      "variance": f"{_sci(np.median(rp))} / {_sci(np.median(es))}",
+      "above": (
+        ", ".join(str(s) for s in above)
+        + f" (up to {(rp / es).max():.1e} times)".replace("e+0", "e")
+        if above
+        else "none"
+      ),
+      "train": f"{train['learned_mean_loss']:.3f}",
+      "train_wins": train["wins"],
+      "final": f"{final['learned_mean_loss']:.3f}",
+      "final_wins": final["wins"],
+      "adam": (f"{train['baseline_mean_loss']:.3f}", f"{final['baseline_mean_loss']:.3f}"),
+    }
+  four, eight = cells[4], cells[8]
+  assert four["adam"] == eight["adam"]  # The same Adam runs on the same tasks.
+  with open(os.path.join(testing_utils.REPO, "docs", "outer_training.md")) as f:
+    text = f.read().split("### Independent samples in every batch", 1)[1]
+  change = runs[8][0][-1]["elapsed_seconds"] / runs[4][0][-1]["elapsed_seconds"] - 1
+  for row in (
+    f"| 80 outer steps, wall-clock | {four['time']} | {eight['time']} ({change:+.0%}) |",
+    f"| peak memory (max RSS) | {four['memory']} | {eight['memory']} |",
+    f"| inner steps taken | {four['inner']} | {eight['inner']} |",
+    f"| mean outer loss, last quarter of the shorter run's time ({0.75 * end:.0f}-{end:.0f} s) | "
+    f"{four['window']} | {eight['window']} |",
+    f"| mean ES weight | {four['weight']} | {eight['weight']} |",
+    f"(each the mean over coordinates) | {four['variance']} | {eight['variance']} |",
+    f"| outer steps where g_rp's variance is above g_es's | {four['above']} | {eight['above']} |",
+    f"(LR-tuned Adam {four['adam'][0]}) | {four['train']}, {four['train_wins']} of 5 tasks won | "
+    f"{eight['train']}, {eight['train_wins']} of 5 |",
+    f"(Adam tuned on validation loss {four['adam'][1]}) | {four['final']}, {four['final_wins']} "
+    f"of 5 | {eight['final']}, {eight['final_wins']} of 5 |",
+  ):
+    assert row in text, row
+  with open(os.path.join(testing_utils.REPO, "gin", "quickstart.gin")) as f:
+    comment = re.sub(r"\s+", " ", f.read().replace("#", " "))
+  memory = runs[8][1]["max_rss_bytes"] / runs[4][1]["max_rss_bytes"] - 1
+  assert (
+    f"{-change:.0%} less time ({eight['time']} against {four['time']}), {memory:.0%} more memory "
+    f"({eight['memory']}), level on held-out tasks (5 tasks: mean training loss {eight['train']} "
+    f"against {four['train']}, final test loss {eight['final']} against {four['final']})"
+  ) in comment
