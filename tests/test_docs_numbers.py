@@ -1165,3 +1165,31 @@ def test_the_independent_batches_table_is_its_two_runs():
     f"({eight['memory']}), level on held-out tasks (5 tasks: mean training loss {eight['train']} "
     f"against {four['train']}, final test loss {eight['final']} against {four['final']})"
   ) in comment
+
+
+def test_the_main_jobs_sample_rate_in_the_docs_is_its_run():
+  records = files.read_jsonl(os.path.join(MAIN_JOB, "progress.jsonl"))
+  seconds = [r["elapsed_seconds"] for r in records]
+  batch = 8  # gin/quickstart.gin's outer_training.batch_size.
+  first = batch * 10 / (seconds[10] - seconds[0])
+  last = batch * 10 / (seconds[-1] - seconds[-11])
+  k_first = np.mean([r["mean_num_steps"] for r in records[1:11]])
+  k_last = np.mean([r["mean_num_steps"] for r in records[-10:]])
+  with open(os.path.join(testing_utils.REPO, "docs", "outer_training.md")) as f:
+    text = re.sub(r"\s+", " ", f.read())
+  assert (
+    f"the rate fell from {first:.1f} samples/s (outer steps 2-11, mean K {k_first:.0f}) to "
+    f"{last:.1f} (its last 10, mean K {k_last:.0f})"
+  ) in text
+
+
+def test_the_paper_configs_memory_in_the_docs_is_its_measurement():
+  measured = _benchmark_json("local_workers_paper.json")
+  assert measured["num_workers"] == 128
+  with open(os.path.join(testing_utils.REPO, "docs", "outer_training.md")) as f:
+    text = re.sub(r"\s+", " ", f.read())
+  assert (
+    f"{measured['rss_with_worker_states_mib'] / 1024:.1f} GiB RSS in all, of which "
+    f"{measured['worker_states_mib'] / 1024:.1f} GiB are the 128 tasks' data and inner states "
+    f"({measured['worker_states_mib_each']:.0f} MiB per worker)"
+  ) in text
