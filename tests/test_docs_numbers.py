@@ -464,12 +464,7 @@ def test_fig5_on_the_papers_family_is_its_seed_study():
 def test_fig6_on_the_papers_family_against_the_refined_adam(found, table):
   # The sceptic's Adam (lr, beta1 and eps refined per task) beside the paper's baselines, in the
   # same evaluation: the doc's table and the README row are its comparisons.
-  refined = {
-    (r["learned"], r["metric"]): r
-    for r in found
-    if r["evaluation"] == "paper_family" and "refined" in r["baseline"]
-  }
-  assert len(refined) == 6
+  refined = _refined_adam(found, "paper_family")
   with open(os.path.join(testing_utils.REPO, "docs", "paper_family.md")) as f:
     text = f.read().split("### Against a better-tuned Adam", 1)[1]
   names = {"mean_loss": "mean training loss", "mean_test_loss": "mean test loss"}
@@ -482,12 +477,7 @@ def test_fig6_on_the_papers_family_against_the_refined_adam(found, table):
   # The README row leads with the same Adam at 5 inits (the headline evaluation) and names the
   # 1-init result beside it.
   row = table["Fig. 6 on Sec. 4.2's CNN"]
-  at_5_inits = {
-    (r["learned"], r["metric"]): r
-    for r in found
-    if r["evaluation"] == "paper_family_5_inits" and "refined" in r["baseline"]
-  }
-  assert len(at_5_inits) == 6
+  at_5_inits = _refined_adam(found, "paper_family_5_inits")
   r = at_5_inits[("L_train", "mean_loss")]
   lead = f"L_train theta {r['learned_mean_loss']:.3f} against {r['baseline_mean_loss']:.3f}"
   assert f"{lead} ({statistics.claim(r)})" in row
@@ -499,20 +489,7 @@ def test_fig6_on_the_papers_family_against_the_refined_adam(found, table):
   r = refined[("L_valid", "final_test_loss")]
   assert f"{r['baseline_mean_loss']:.3f} against {r['learned_mean_loss']:.3f}, not resolved" in row
   # The doc's count of the refined Adam's beta1 choices is summary.json's.
-  with open(
-    os.path.join(testing_utils.REPO, "pretrained", "paper_family", "evaluation", "summary.json")
-  ) as f:
-    hparams = json.load(f)["tuned_hparams"]
-  counts = {}
-  for objective in ("train", "valid"):
-    (beta1,) = [v["beta1"] for k, v in hparams.items() if k.endswith(f"on {objective} loss)")]
-    counts[objective] = ", ".join(
-      f"{b:g} on {beta1.count(b)}{' tasks' if i == 0 and objective == 'train' else ''}"
-      for i, b in enumerate(sorted(set(beta1)))
-    )
-  flat = re.sub(r"\s+", " ", text)
-  assert f"training loss: {counts['train']}" in flat, counts["train"]
-  assert f"validation loss: {counts['valid']}" in flat, counts["valid"]
+  _assert_beta1_counts(re.sub(r"\s+", " ", text), ("paper_family", "evaluation"), "tasks")
 
 
 def test_fig5_for_l_valid_on_the_papers_family_is_its_seed_study(table):
@@ -763,12 +740,7 @@ def test_fig6_on_seed_6_in_the_docs_is_its_shipped_evaluation(found, table):
 def _assert_the_refined_adam_on_seed_6(found, row):
   """The sceptic's Adam on seed 6's tasks: the README's row and status line, docs/pretrained.md's
   paragraph and docs/results.md, against the shipped evaluation."""
-  refined = {
-    (r["learned"], r["metric"]): r
-    for r in found
-    if r["evaluation"] == "fig6_seed_6" and "refined" in r["baseline"]
-  }
-  assert len(refined) == 6
+  refined = _refined_adam(found, "fig6_seed_6")
   train = refined[("L_train", "mean_loss")]
   fast = refined[("L_valid", "mean_loss")]
   final = refined[("L_valid", "final_test_loss")]
@@ -799,14 +771,7 @@ def _assert_the_refined_adam_on_seed_6(found, row):
   assert f"on {fast['wins']} of 20 ({pair(fast)}; {statistics.claim(fast).split('(', 1)[1]}" in text
   assert f"final test loss {pair(final)}, {final['wins']} of 20" in text
   assert f"test loss averaged over the run {average['wins']} of 20" in text
-  hparams = _summary_hparams("fig6", "evaluation_seed_6")
-  for objective, words in (("train", "training loss"), ("valid", "validation loss")):
-    (beta1,) = [v["beta1"] for k, v in hparams.items() if k.endswith(f"on {objective} loss)")]
-    counts = ", ".join(
-      f"{b:g} on {beta1.count(b)}{' task' if i == 0 and objective == 'train' else ''}"
-      for i, b in enumerate(sorted(set(beta1)))
-    )
-    assert f"{words}: {counts}" in text, counts
+  _assert_beta1_counts(text, ("fig6", "evaluation_seed_6"), "task")
   with open(os.path.join(testing_utils.REPO, "docs", "results.md")) as f:
     results = re.sub(r"\s+", " ", f.read())
   assert f"trains slower (it wins {train['wins']} of 20, baseline ahead)" in results
@@ -814,9 +779,29 @@ def _assert_the_refined_adam_on_seed_6(found, row):
   assert f"loss ({final['wins']} of 20, interval above zero)" in results
 
 
-def _summary_hparams(*path):
+def _refined_adam(found, evaluation):
+  """{(theta, metric): the comparison} of one shipped evaluation's refined Adam, all six."""
+  refined = {
+    (r["learned"], r["metric"]): r
+    for r in found
+    if r["evaluation"] == evaluation and "refined" in r["baseline"]
+  }
+  assert len(refined) == 6
+  return refined
+
+
+def _assert_beta1_counts(text, path, unit):
+  """The doc's "training loss: 0.25 on 6 <unit>, 0.5 on 12; validation loss: ..." is the refined
+  Adam's beta1 choices in the summary.json under pretrained/<path>."""
   with open(os.path.join(testing_utils.REPO, "pretrained", *path, "summary.json")) as f:
-    return json.load(f)["tuned_hparams"]
+    hparams = json.load(f)["tuned_hparams"]
+  for objective, words in (("train", "training loss"), ("valid", "validation loss")):
+    (beta1,) = [v["beta1"] for k, v in hparams.items() if k.endswith(f"on {objective} loss)")]
+    counts = ", ".join(
+      f"{b:g} on {beta1.count(b)}{f' {unit}' if i == 0 and objective == 'train' else ''}"
+      for i, b in enumerate(sorted(set(beta1)))
+    )
+    assert f"{words}: {counts}" in text, counts
 
 
 MAIN_JOB = os.path.join(testing_utils.REPO, "pretrained", "main_job")
@@ -934,19 +919,14 @@ def _variances(run):
   return {
     "steps": len(records),
     "above": int(np.sum(rp > es)),
-    "ratio": _sci(ratio[top]),
+    "ratio": testing_utils.sci(ratio[top]),
     "step": records[top]["outer_step"],
     "weight_there": f"{weight[top]:.2f}",
     "max_weight": f"{weight.max():.3f}",
     "growth": f"{np.median(rp[quarters[-1]]) / np.median(rp[quarters[0]]):.1f}",
     "es_growth": f"{np.median(es[quarters[-1]]) / np.median(es[quarters[0]]):.1f}",
-    "median_ratio": _sci(np.median(ratio)),
+    "median_ratio": testing_utils.sci(np.median(ratio)),
   }
-
-
-def _sci(x):
-  mantissa, exponent = f"{x:.1e}".split("e")
-  return f"{mantissa}e{int(exponent)}"
 
 
 def test_fig4_in_the_docs_is_the_shipped_runs_variances(table):
@@ -1124,7 +1104,7 @@ def test_the_independent_batches_table_is_its_two_runs():
       "inner": f"{records[-1]['inner_steps']:,}",
       "window": f"{np.mean(np.array([r['outer_loss'] for r in records])[window]):.2f}",
       "weight": f"{np.mean([r['es_weight'] for r in records]):.3f}",
-      "variance": f"{_sci(np.median(rp))} / {_sci(np.median(es))}",
+      "variance": f"{testing_utils.sci(np.median(rp))} / {testing_utils.sci(np.median(es))}",
       "above": (
         ", ".join(str(s) for s in above)
         + f" (up to {(rp / es).max():.1e} times)".replace("e+0", "e")

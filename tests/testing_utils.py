@@ -13,6 +13,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LOADED = {}  # The binary loaded last: {"name": ..., "module": ..., "flags": names it defined}.
 
 
+def sci(x: float, digits: int = 1) -> str:
+  """x as the docs print it in scientific notation: 1.3e-4, 2.9e6 (no exponent padding or +)."""
+  mantissa, exponent = f"{x:.{digits}e}".split("e")
+  return f"{mantissa}e{int(exponent)}"
+
+
 def load_binary(name: str):
   """Imports bin/<name> (a script without .py) so its main() can be called.
 

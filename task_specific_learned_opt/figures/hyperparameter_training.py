@@ -103,10 +103,8 @@ class OuterTrainer:
     ) -> truncations.TruncationOutput:
       states = truncations.stack_states(estimator.init_state(state, theta), 1)
       sample, states = sample_fn(theta, states, data_seed, tf.zeros([1, 2], tf.int32))
-      first = lambda nest: tf.nest.map_structure(lambda x: x[0], nest)  # noqa: E731
-      return truncations.TruncationOutput(
-        sample.loss_plus[0], first(sample.rp), first(states).inner_state
-      )
+      sample, states = tf.nest.map_structure(lambda x: x[0], (sample, states))
+      return truncations.TruncationOutput(sample.loss_plus, sample.rp, states.inner_state)
 
     return truncation
 

@@ -17,6 +17,7 @@ import pytest
 import testing_utils
 
 FIGURES = os.path.join(testing_utils.REPO, "docs", "figures")
+_sci = testing_utils.sci  # 1.3e-4, as the docs print a learning rate.
 TRUNCATIONS = (10, 100, 1000, 10000)
 APP_G = {  # The App. G table's rows: gin file -> its label.
   "appg_adam_lr1e-1": "Adam 0.1, beta1 0.9",
@@ -47,12 +48,6 @@ def _readme_row(first_cell):
 def _section(title):
   text = _text("docs/pathologies.md")
   return text.split(f"## {title}", 1)[1].split(" ## ", 1)[0]
-
-
-def _sci(x, digits=1):
-  """1.3e-4, as the docs print a learning rate (no exponent padding)."""
-  mantissa, exponent = f"{x:.{digits}e}".split("e")
-  return f"{mantissa}e{int(exponent)}"
 
 
 def _pes_runs(curve):
