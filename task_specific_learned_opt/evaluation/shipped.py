@@ -56,7 +56,7 @@ OUT_OF_FAMILY_TABLE = "summary.md"
 # and Adam's runs, as the mixed theta's); digits_conv<n>: App. E's convnets on the real digits,
 # every theta with that update (the mixed one too) and, for conv3, as in bn_cnn and cnn.
 # App. E's problems on the generated family, in table order.
-_GENERATED_PROBLEMS = (
+GENERATED_PROBLEMS = (
   "cnn_no_batch_norm",
   "cnn_batch_norm",
   "cnn_8_channels",
@@ -73,14 +73,14 @@ APP_E = (
     for thetas in ("bn_cnn", "bn_cnn_gated", "cnn")
   )
   + ("images_16x16/cnn", "cnn_6_layers/cnn", "cnn_8_channels/cnn", "cnn_32_channels/cnn")
-  + tuple(f"{problem}/mixed" for problem in (*_GENERATED_PROBLEMS, "digits_mlp_2x32"))
+  + tuple(f"{problem}/mixed" for problem in (*GENERATED_PROBLEMS, "digits_mlp_2x32"))
   + (
     "digits_mlp_2x32/mixed_past_horizon_decay",
     "digits_mlp_2x32/cnn_past_horizon_decay",
     "mlp_2x32/mixed_without_relative_cap",
     "mlp_3x128/mixed_without_relative_cap",
   )
-  + tuple(f"{problem}/capped" for problem in _GENERATED_PROBLEMS)
+  + tuple(f"{problem}/capped" for problem in GENERATED_PROBLEMS)
   + ("digits_mlp_2x32/capped_past_horizon_decay",)
   + tuple(f"digits_conv{n}/capped_past_horizon_decay" for n in (3, 6))
   + ("digits_conv3/bn_cnn", "digits_conv3/cnn")
