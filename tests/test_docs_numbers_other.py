@@ -201,7 +201,7 @@ def test_pes_quickstart_paragraph_is_the_merged_quickstart_run():
   text = _flat(_doc("pes.md"))
   assert (
     f"Run at the quickstart's size (`gin/pes_quickstart.gin`, which includes `gin/quickstart.gin`:"
-    f" 8 workers, batch 8, {steps} outer steps)"
+    f" 8 workers, batch 8, {steps} outer steps;"
   ) in text
   assert (
     f"reaches about {first['outer_loss']:.1f} by outer step {first['outer_step']} on the same "
@@ -521,3 +521,39 @@ def test_data_train_inner_table_is_its_two_runs():
     assert f"| {row} | {test['loss']:.3f} / {test['accuracy']:.3f} |" in text
     random_theta = found["results"]["mlp_lopt"]["final"]["train"]["loss"]
     assert f"final training loss {random_theta:.2f} in the same files" in text
+
+
+def test_pes_quickstart_paragraph_is_its_committed_run():
+  text = _flat(_doc("pes.md"))
+  run = os.path.join(testing_utils.REPO, "pretrained", "pes_quickstart")
+  progress = files.read_jsonl(os.path.join(run, "progress.jsonl"))
+  assert [r["outer_step"] for r in progress] == list(range(1, 121))
+
+  def mean(key, first, last):
+    return np.mean([r[key] for r in progress if first <= r["outer_step"] <= last])
+
+  windows = [(1, 16), (33, 48), (65, 80), (105, 120)]
+  losses = [f"{mean('outer_loss', a, b):.2f}" for a, b in windows]
+  assert (
+    f"the outer loss went from {losses[0]} (steps 1-16) to {losses[1]} (33-48), {losses[2]} "
+    f"(65-80) and {losses[3]} (105-120), never off the ln 10 = 2.30 plateau"
+  ) in text
+  assert all(mean("outer_loss", a, b) > 2.30 for a, b in windows)
+  assert f"{round(progress[-1]['elapsed_seconds'] / 60)} minutes of outer-training" in text
+  summary = _json(run, "eval", "summary.json")
+  (train,) = [
+    c for c in summary["comparisons"] if c["learned"] == "learned" and c["metric"] == "mean_loss"
+  ]
+  assert (
+    f"mean training loss {train['learned_mean_loss']:.2f} against tuned Adam's "
+    f"{train['baseline_mean_loss']:.2f} on the {train['num_tasks']} held-out tasks, "
+    f"{train['wins']} of {train['num_tasks']} won"
+  ) in text
+  es = np.array([r["es_variance"] for r in progress])
+  rp = np.array([r["rp_variance"] for r in progress])
+  assert (
+    f"g_pes was {testing_utils.sci(es.min(), 0)} to {es.max():.1f} (median {np.median(es):.2f})"
+    in text
+  )
+  assert (rp < es).all()
+  assert f"below g_pes's at every step (median {testing_utils.sci(np.median(rp), 0)})" in text

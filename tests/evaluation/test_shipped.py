@@ -141,3 +141,16 @@ def test_fig6_on_seed_6_ships_its_per_run_arrays():
   kinds = {summary.baseline_kind(name) for name in results}
   assert kinds == {"L_train", "L_valid", "adam", "rmsprop", "sgdm", "adam+reg+decay"}
   assert {np.asarray(r["mean_loss"]).shape for r in results.values()} == {(20, 5)}
+
+
+@pytest.mark.parametrize("collection", ["app_e", "out_of_family"])
+def test_each_committed_summary_table_is_the_one_its_evaluations_give(collection):
+  """pretrained/<collection>/summary.md is bin/summarize_evaluations' table of the shipped
+  evaluations it names (its first column: <problem>/<run> under pretrained/<collection>/)."""
+  directory = os.path.join(shipped.PRETRAINED, collection)
+  with open(os.path.join(directory, "summary.md")) as f:
+    committed = f.read()
+  names = list(dict.fromkeys(line.split(" | ")[0][2:] for line in committed.splitlines()[2:]))
+  assert names
+  evaluations = {name: os.path.join(directory, name) for name in names}
+  assert summary.summarize(evaluations) == committed
