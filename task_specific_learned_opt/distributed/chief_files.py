@@ -82,7 +82,25 @@ class ChiefFiles:
     change = None
     if self.manager.latest_checkpoint is not None:  # Else nothing to resume.
       change = train_dir_lib.resumable_change(train_dir, record, resume_changed_experiment)
-    checkpoint_state.restore(self.checkpoint, self.manager)
+    missing = self._items_not_in_checkpoint(checkpoint_items)
+    if missing:  # Written by a mode that does not save them (bin/chief: no local workers).
+      logging.info(
+        "The checkpoint %s holds no %s (another mode wrote it): they start anew.",
+        self.manager.latest_checkpoint,
+        ", ".join(missing),
+      )
+    restored = {k: v for k, v in checkpoint_items.items() if k not in missing}
+    checkpoint_state.restore(
+      tf.train.Checkpoint(
+        **chief.checkpoint_items(),
+        lineage=self.lineage,
+        inner_steps=self.inner_steps,
+        **restored,
+      )
+      if missing
+      else self.checkpoint,
+      self.manager,
+    )
     with self._disk_checked():  # A disk still full when the run restarts: one line too.
       train_dir_lib.write_experiment(train_dir, record, change, chief.step)
       self.recorder = progress.Recorder(train_dir)
@@ -93,6 +111,18 @@ class ChiefFiles:
     self._record_error = None
     self.start_step = chief.step
     self.start_inner_steps = self.inner_steps.total
+
+  def _items_not_in_checkpoint(self, checkpoint_items: dict) -> list[str]:
+    """The names of `checkpoint_items` that the latest checkpoint does not hold (none if there is
+    no checkpoint, or it cannot be read: restoring it then says why)."""
+    path = self.manager.latest_checkpoint
+    if path is None or not checkpoint_items:
+      return []
+    try:
+      names = {name.split("/", 1)[0] for name, _ in tf.train.list_variables(path)}
+    except Exception:  # noqa: BLE001 - a damaged checkpoint: checkpoint_state.restore reports it.
+      return []
+    return [name for name in checkpoint_items if name not in names]
 
   def _forget_after(self, outer_step: int) -> None:
     """Forgets what was written after the checkpoint: records, snapshots, finished.json."""

@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from task_specific_learned_opt import layout, nests
+from task_specific_learned_opt import cards, layout, nests
 from task_specific_learned_opt.distributed import (
   batched_worker,
   chief_files,
@@ -37,6 +37,7 @@ from task_specific_learned_opt.distributed import (
 )
 from task_specific_learned_opt.distributed import outer_training as outer_lib
 from task_specific_learned_opt.distributed import train_dir as train_dir_lib
+from task_specific_learned_opt.evaluation import reporting
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.outer.estimators import base as estimator_base
 from task_specific_learned_opt.outer.estimators import persistent_es
@@ -315,7 +316,22 @@ def train_local(
   if final_evaluation is not None:
     logging.info("Evaluating theta on held-out tasks (train_local.final_evaluation).")
     final_evaluation(os.path.join(train_dir, layout.EVAL_DIRNAME), setup.lopt, files.chief.theta())
+    _add_final_evaluation_to_card(train_dir)
   return stats
+
+
+def _add_final_evaluation_to_card(train_dir: str) -> None:
+  """Puts the final comparison's results (eval/summary.json, theta "learned") on the card of the
+  theta export, so that its one-line summary says how it did on held-out tasks of its family."""
+  theta_dir = os.path.join(train_dir, layout.THETA_DIRNAME)
+  summary_path = os.path.join(train_dir, layout.EVAL_DIRNAME, reporting.SUMMARY_FILENAME)
+  card = cards.read_card(theta_dir)
+  if card is None or not os.path.exists(summary_path):
+    return
+  card["results"] = [cards.results_from(os.path.abspath(summary_path), "learned", "in_family")]
+  card["summary"] = cards.summary(card)
+  cards.write_card(theta_dir, card)
+  logging.info("Theta card: %s", card["summary"])
 
 
 def _check_final_evaluation(final_evaluation: Callable) -> None:

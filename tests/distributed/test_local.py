@@ -5,6 +5,7 @@ import glob
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import testing_utils
 from absl import flags
 
 from task_specific_learned_opt import (
+  cards,
   checkpoints,  # noqa: F401
   gin_config,  # noqa: F401
   layout,
@@ -25,6 +27,7 @@ from task_specific_learned_opt import (
 )
 from task_specific_learned_opt.cli import configurables  # noqa: F401
 from task_specific_learned_opt.distributed import (
+  chief_files,
   in_process,
   local,
   loops,
@@ -329,6 +332,12 @@ def test_bin_train_local_main(tmp_path, capsys):
   saved = json.load(open(tmp_path / layout.EVAL_DIRNAME / "evaluation.json"))
   assert len(saved["tuned_learning_rates"]["adam (lr tuned per task on train loss)"]) == 2
   assert os.path.getsize(tmp_path / layout.EVAL_DIRNAME / "curves.png") > 5000
+  # The theta's card now says how it did there, from eval/summary.json.
+  card = cards.read_card(str(tmp_path / layout.THETA_DIRNAME))
+  (result,) = card["results"]
+  assert result["scope"] == "in_family" and result["label"] == "learned" and result["tasks"] == 2
+  assert "not evaluated yet" not in card["summary"]
+  assert "in family mean training loss" in card["summary"], card["summary"]
 
 
 def _launch(train_dir, steps, extra=()):
@@ -541,3 +550,27 @@ def test_worker_states_that_would_call_a_foreign_function_are_refused():
   string_value = pickle.dumps({"states": [Calls()], "num_samples": 0, "counts": []})
   with pytest.raises(train_dir_lib.CheckpointError, match="posix.getcwd|os.getcwd"):
     local.load_workers_state(string_value)
+
+
+def test_a_checkpoint_without_worker_states_resumes_with_new_workers(tmp_path):
+  """bin/chief and launch_local's chief save no local workers: train_local resumes their train
+  dir with workers that start new inner runs, and their samples are applied."""
+  _train(tmp_path, 2)
+  _bind_small()
+  setup = outer_training.outer_training(family=FAMILY, lopt=LOPT, num_outer_steps=2)
+  chief_only = chief_files.ChiefFiles(str(tmp_path), outer_training.make_chief(setup), setup, "t")
+  assert chief_only.chief.step == 2
+  directory = layout.checkpoint_dir(str(tmp_path))
+  shutil.rmtree(directory)
+  tf.train.CheckpointManager(chief_only.checkpoint, directory, 1).save(checkpoint_number=2)
+  names = {name.split("/", 1)[0] for name, _ in tf.train.list_variables(directory)}
+  assert "workers" not in names and "theta_and_adam" in names
+  theta = nests.flatten(chief_only.chief.theta_numpy())
+
+  _train(tmp_path, 4)
+  records = _records(tmp_path)
+  assert [r["outer_step"] for r in records] == [1, 2, 3, 4]
+  assert [r["num_kept"] for r in records[2:]] == [3, 3]
+  assert not any(r["num_duplicate"] for r in records)
+  resumed = nests.flatten(_theta(tmp_path))
+  assert any(not np.array_equal(a, b) for a, b in zip(theta, resumed, strict=True))
