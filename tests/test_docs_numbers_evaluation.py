@@ -11,6 +11,7 @@ theta is read against (docs/quickstart_seeds.json) and the ledger's overlaps
 (pretrained/ledger.json).
 """
 
+import gzip
 import json
 import math
 import os
@@ -600,3 +601,138 @@ def test_the_ledger_paragraph_is_the_ledgers_overlaps(doc):
   ]
   assert "task" in violation["shares"] and "its tasks 0-3" in violation["reason"]
   assert "shares its tasks 0-3 with the L_valid horizon comparison" in text
+
+
+# The weight decay from the first step (docs/evaluation.md): its choice and its evaluation.
+DECAY_STRENGTHS = ("0", "1e-3", "3e-3", "1e-2")
+FIVE = (*BATCH_NORMED, *PAPER_FAMILY, "mixed")
+ADAM_VALID = f"adam {VALID}"
+
+
+def _trained(problem, run, thetas, key="trained"):
+  checks = _checks("app_e", problem, run)
+  return sum(checks[t][key] for t in thetas)
+
+
+def _capped(problem, key="trained"):
+  """The four thetas with the relative cap alone and the mixed theta with its own (seed 5)."""
+  return _trained(problem, "capped", BATCH_NORMED + PAPER_FAMILY, key) + _trained(
+    problem, "mixed", ("mixed",), key
+  )
+
+
+def _decay_probe_rows():
+  rows = []
+  for strength in DECAY_STRENGTHS:
+    trained, diverged, final = [], 0, []
+    for mlp in ("mlp_2x32", "mlp_3x128"):
+      run = os.path.join("app_e", "update_probe", mlp, f"relative_decay_{strength}")
+      checks = _checks(run)
+      assert set(checks) == set(BATCH_NORMED + PAPER_FAMILY)
+      trained.append(sum(c["trained"] for c in checks.values()))
+      diverged += sum(c["diverged"] for c in checks.values())
+      with gzip.open(os.path.join(PRETRAINED, run, "evaluation.json.gz"), "rt") as f:
+        arrays = json.load(f)["results"]
+      final.append(np.mean(np.asarray(arrays["L_train"]["train_loss"])[..., -1]))
+    rows.append((strength, trained, diverged, final))
+  return rows
+
+
+def test_the_decay_from_the_first_step_is_chosen_and_reported_as_the_doc_says(doc, found):
+  text = _section(doc, "A weight decay from the first step")
+  table = _lines(doc, "A weight decay from the first step")
+  rows = _decay_probe_rows()
+  for strength, trained, diverged, final in rows:
+    assert (
+      f"| {strength} | {trained[0]} | {trained[1]} | {diverged} | "
+      f"{final[0]:.3f} and {final[1]:.3f} |"
+    ) in table
+  # 3e-3: the smallest under which every run trained and none diverged.
+  clean = [s for s, trained, diverged, _ in rows if trained == [8, 8] and diverged == 0]
+  assert clean[0] == "3e-3"
+  with open(
+    os.path.join(testing_utils.REPO, "gin", "eval", "out_of_family", "decay_from_start.gin")
+  ) as f:
+    config = f.read()
+  assert "MLPLOpt.weight_decay = 3e-3" in config and "MLPLOpt.weight_decay_start = 0" in config
+  assert "evaluate.seed = 7" in config
+
+  run = "decay_from_start"
+  mlps = ("mlp_2x32", "mlp_3x128")
+  mlp_trained = sum(_trained(p, run, FIVE) for p in mlps)
+  assert sum(_trained(p, run, FIVE, "diverged") for p in mlps) == 0
+  capped_trained = sum(_capped(p) for p in mlps)
+  capped_diverged = sum(_capped(p, "diverged") for p in mlps)
+  adam_diverged = sum(_checks("app_e", p, run)[ADAM_VALID]["diverged"] for p in mlps)
+  assert (
+    f"{mlp_trained} of 50 runs on the two generated MLPs train and none diverges (with the "
+    f"relative cap alone, the mixed theta with its own update, on seed 5's tasks: {capped_trained} "
+    f"of 50, {capped_diverged} diverging), "
+    f"where Adam tuned on validation loss diverges on {adam_diverged} of 10"
+  ) in text
+  faster = {
+    p: _adam(found, f"app_e/{p}/{run}", t, "mean_loss")
+    for p, t in (("mlp_3x128", "L_train"), ("mlp_2x32", "cnn_train"))
+  }
+  assert {r["outcome"] for r in faster.values()} == {statistics.LEARNED_AHEAD}
+  pair = {
+    p: f"{r['learned_mean_loss']:.3f} against {r['baseline_mean_loss']:.3f}"
+    for p, r in faster.items()
+  }
+  assert (
+    f"faster than tuned Adam, mean training loss {pair['mlp_3x128']} on "
+    f"{statistics.claim(faster['mlp_3x128'])}, and the paper-family L_train theta the 2x32 one, "
+    f"{pair['mlp_2x32']} on {statistics.claim(faster['mlp_2x32'])};"
+  ) in text
+  checks = [_checks("app_e", p, run) for p in mlps]
+  failing = {t for c in checks for t in FIVE if c[t]["trained"] < c[t]["runs"]}
+  assert failing == {"L_valid"}
+  # The CNN without batch norm.
+  nobn = _checks("app_e", "cnn_no_batch_norm", run)
+  assert (
+    f"the batch-normed L_valid theta trains {nobn['L_valid']['trained']} of 5 runs and the mixed "
+    f"theta {nobn['mixed']['trained']} of 5"
+  ) in text
+  assert _checks("app_e", "cnn_no_batch_norm", "capped")["L_valid"]["trained"] == 5
+  assert _checks("app_e", "cnn_no_batch_norm", "mixed")["mixed"]["trained"] == 5
+  # Every other convnet, slower than Adam on every task.
+  convnets = [p for p in CONVNETS if p != "cnn_no_batch_norm"]
+  trained = sum(_trained(p, run, FIVE) for p in convnets)
+  assert f"**Every other convnet trains**: {trained} of 125 runs" in text
+  for p in convnets:
+    assert {_adam(found, f"app_e/{p}/{run}", t, "mean_loss")["wins"] for t in FIVE} == {0}, p
+  in_family = [_adam(found, f"app_e/cnn_batch_norm/{run}", t, "mean_loss") for t in BATCH_NORMED]
+  assert (
+    f"(mean training loss {in_family[0]['learned_mean_loss']:.3f} and "
+    f"{in_family[1]['learned_mean_loss']:.3f} against {in_family[0]['baseline_mean_loss']:.3f})"
+  ) in text
+  # The real digits.
+  digits = ("digits_mlp_2x32", "digits_conv3", "digits_conv6")
+  assert f"**Real digits**: {sum(_trained(p, run, FIVE) for p in digits)} of 30 runs" in text
+  final = [_adam(found, f"app_e/digits_mlp_2x32/{run}", t, "final_test_loss") for t in BATCH_NORMED]
+  assert all(r["learned_mean_loss"] < r["baseline_mean_loss"] for r in final)
+  assert (
+    f"({final[0]['learned_mean_loss']:.3f} and {final[1]['learned_mean_loss']:.3f} against "
+    f"{final[0]['baseline_mean_loss']:.3f}; one task"
+  ) in text
+  # All generated-data problems.
+  generated = sum(_trained(p, run, FIVE) for p in GENERATED)
+  assert sum(_trained(p, run, FIVE, "diverged") for p in GENERATED) == 0
+  capped = sum(_capped(p) for p in GENERATED)
+  capped_diverged = sum(_capped(p, "diverged") for p in GENERATED)
+  assert (
+    f"with the decay {generated} of 200 runs on the generated-data problems train and none "
+    f"diverges (with the relative cap alone: {capped}, {capped_diverged} diverging)"
+  ) in text
+
+
+def test_the_readme_app_e_row_gives_the_decay_from_the_first_steps_counts():
+  with open(os.path.join(testing_utils.REPO, "README.md")) as f:
+    (row,) = [line for line in f if line.startswith("| App. E |")]
+  run = "decay_from_start"
+  generated = sum(_trained(p, run, FIVE) for p in GENERATED)
+  digits = sum(_trained(p, run, FIVE) for p in ("digits_mlp_2x32", "digits_conv3", "digits_conv6"))
+  assert (
+    f"trains {generated} of 200 runs on fresh tasks of the generated-data problems with none "
+    f"diverging, the MLPs included, and {digits} of 30 on the real digits"
+  ) in row

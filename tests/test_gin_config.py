@@ -161,6 +161,10 @@ BUILDERS = [
     "eval/out_of_family/relative_cap.gin",
     _overlay("eval/out_of_family/relative_cap.gin", "eval/out_of_family/mlp_3x128.gin"),
   ),
+  (
+    "eval/out_of_family/decay_from_start.gin",
+    _overlay("eval/out_of_family/decay_from_start.gin", "eval/out_of_family/mlp_3x128.gin"),
+  ),
   ("eval/*.gin", _entry_point("evaluate")),
   ("baselines/*.gin", _baseline_search),
   ("benchmark/*.gin", _entry_point("benchmark.run")),

@@ -54,7 +54,9 @@ OUT_OF_FAMILY_TABLE = "summary.md"
 # (mixed_without_relative_cap, seed 4); capped: the four batch-normed and paper-family thetas with
 # one update, the guarded one with the mixed theta's relative step cap at use time (seed 5's tasks
 # and Adam's runs, as the mixed theta's); digits_conv<n>: App. E's convnets on the real digits,
-# every theta with that update (the mixed one too) and, for conv3, as in bn_cnn and cnn.
+# every theta with that update (the mixed one too) and, for conv3, as in bn_cnn and cnn;
+# decay_from_start: every theta with that update and a weight decay from the first step (seed 7's
+# tasks; the digits with App. E's 2,000 steps).
 # App. E's problems on the generated family, in table order.
 GENERATED_PROBLEMS = (
   "cnn_no_batch_norm",
@@ -84,6 +86,10 @@ APP_E = (
   + ("digits_mlp_2x32/capped_past_horizon_decay",)
   + tuple(f"digits_conv{n}/capped_past_horizon_decay" for n in (3, 6))
   + ("digits_conv3/bn_cnn", "digits_conv3/cnn")
+  + tuple(
+    f"{problem}/decay_from_start"
+    for problem in (*GENERATED_PROBLEMS, "digits_mlp_2x32", "digits_conv3", "digits_conv6")
+  )
 )
 OUT_OF_FAMILY = {
   "out_of_family": (

@@ -115,6 +115,7 @@ OVERLAYS = (
   "out_of_family/guarded_update.gin",
   "out_of_family/past_horizon_decay.gin",
   "out_of_family/relative_cap.gin",
+  "out_of_family/decay_from_start.gin",
 )
 # What the evaluated tasks train, (model name, parameters, image shape): the shipped thetas' own
 # family (pretrained.gin) and each problem out of it. A 3x3 conv layer from c to c' channels has

@@ -49,7 +49,12 @@ SHIPPED = {
   "mixed_app_e_valid": ("pretrained/mixed_app_e_valid.gin", None),
 }
 # gin/eval/out_of_family/ files given after a problem's file, not problems of their own.
-OVERLAYS = ("guarded_update.gin", "past_horizon_decay.gin", "relative_cap.gin")
+OVERLAYS = (
+  "guarded_update.gin",
+  "past_horizon_decay.gin",
+  "relative_cap.gin",
+  "decay_from_start.gin",
+)
 # The held-out evaluations shipped results come from: gin file -> its entry point.
 HELD_OUT = {
   "eval/pretrained.gin": "evaluate",

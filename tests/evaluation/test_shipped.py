@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+import testing_utils
 
 from task_specific_learned_opt import files
 from task_specific_learned_opt.evaluation import reporting, shipped, statistics, summary
@@ -35,11 +36,14 @@ def test_the_committed_out_of_family_tables_are_what_their_files_give(directory)
 
 def _thetas(name):
   """How many thetas an App. E evaluation reports: the mixed theta alone; the four others with the
-  capped update (the digits convnets: all five); else an L_train/L_valid pair."""
+  capped update (the digits convnets: all five); all five with the decay from the first step; else
+  an L_train/L_valid pair."""
   if "/mixed" in name:
     return 1
   if "/capped" in name:
     return 5 if name.startswith("digits_conv") else 4
+  if "/decay_from_start" in name:
+    return 5
   return 2
 
 
@@ -143,14 +147,10 @@ def test_fig6_on_seed_6_ships_its_per_run_arrays():
   assert {np.asarray(r["mean_loss"]).shape for r in results.values()} == {(20, 5)}
 
 
-@pytest.mark.parametrize("collection", ["app_e", "out_of_family"])
-def test_each_committed_summary_table_is_the_one_its_evaluations_give(collection):
-  """pretrained/<collection>/summary.md is bin/summarize_evaluations' table of the shipped
-  evaluations it names (its first column: <problem>/<run> under pretrained/<collection>/)."""
-  directory = os.path.join(shipped.PRETRAINED, collection)
-  with open(os.path.join(directory, "summary.md")) as f:
-    committed = f.read()
-  names = list(dict.fromkeys(line.split(" | ")[0][2:] for line in committed.splitlines()[2:]))
-  assert names
-  evaluations = {name: os.path.join(directory, name) for name in names}
-  assert summary.summarize(evaluations) == committed
+@pytest.mark.parametrize("directory", list(shipped.OUT_OF_FAMILY))
+def test_docs_evaluation_md_gives_every_row_of_the_out_of_family_tables(directory):
+  with open(os.path.join(testing_utils.REPO, "docs", "evaluation.md")) as f:
+    doc = f.read().splitlines()
+  rows = shipped.out_of_family_table(directory).splitlines()[2:]
+  assert rows
+  assert [row for row in rows if row not in doc] == []
