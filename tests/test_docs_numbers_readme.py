@@ -622,3 +622,20 @@ def test_pathologies_fig2d_and_fig2ef_ratios_are_their_runs(pathologies):
   laplacian = slices["grid_mean_abs_laplacian"]
   assert f"T = 5, 10, 20 (x{round(second[-1] / second[0])})" in section
   assert f"{laplacian[-1]:.3f}, x{laplacian[-1] / laplacian[0]:.1f})" in section
+
+
+def test_the_ci_timing_sentence_is_its_committed_run():
+  with open(os.path.join(testing_utils.REPO, "benchmarks", "results", "ci_time.json")) as f:
+    found = json.load(f)
+  assert found["exit_status"] == 0 and found["machine"]["cpus"] == 2
+  assert set(found["pytest_counts"]) <= {"passed", "warning", "warnings", "skipped"}
+  with open(os.path.join(testing_utils.REPO, "README.md")) as f:
+    text = re.sub(r"\s+", " ", f.read())
+  passed = found["pytest_counts"]["passed"]
+  assert (
+    f"from a fresh clone of commit {found['commit'][:7]} on this 2-core machine with nothing else "
+    f"running, `bash .ci/run` took {found['seconds'] / 60:.1f} minutes, "
+    f"{found['pytest_seconds'] / 60:.1f} of them the tests ({passed:,} passed; "
+    f"{found['cpu_seconds'] / 60:.1f} CPU-minutes)"
+  ) in text
+  assert found["load_average_before"][0] < 2  # The machine was otherwise idle.
