@@ -36,15 +36,7 @@ def table():
   return {row.split("|")[1].strip(): row for row in rows}
 
 
-def _rows(found, evaluation, learned, metric, baselines=None):
-  rows = [
-    r
-    for r in found
-    if (r["evaluation"], r["learned"], r["metric"]) == (evaluation, learned, metric)
-    and (baselines is None or r["baseline"] in baselines)
-  ]
-  assert rows, (evaluation, learned, metric, baselines)
-  return rows
+_rows = testing_utils.comparison_rows
 
 
 def _range(values, digits=3):

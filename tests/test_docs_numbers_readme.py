@@ -59,15 +59,7 @@ def _row(readme, first_cell):
   return row
 
 
-def _rows(found, evaluation, learned, metric, baselines=None):
-  rows = [
-    r
-    for r in found
-    if (r["evaluation"], r["learned"], r["metric"]) == (evaluation, learned, metric)
-    and (baselines is None or r["baseline"] in baselines)
-  ]
-  assert rows, (evaluation, learned, metric, baselines)
-  return rows
+_rows = testing_utils.comparison_rows
 
 
 def _one(found, evaluation, learned, metric, baseline):
@@ -327,16 +319,7 @@ def test_app_h_and_main_job_rows_name_the_quickstart_seeds_crossings(readme):
 
 def test_app_e_row_training_checks_and_capped_losses_are_the_app_e_summaries(found, readme):
   row = _flat(_row(readme, "App. E"))
-  generated = (
-    "cnn_no_batch_norm",
-    "cnn_batch_norm",
-    "cnn_8_channels",
-    "cnn_32_channels",
-    "cnn_6_layers",
-    "images_16x16",
-    "mlp_2x32",
-    "mlp_3x128",
-  )
+  generated = shipped.GENERATED_PROBLEMS
   # The paper-family thetas on every generated-data problem they were run on.
   paper = [
     _checks("app_e", p, "cnn")[n]

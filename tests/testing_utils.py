@@ -19,6 +19,18 @@ def sci(x: float, digits: int = 1) -> str:
   return f"{mantissa}e{int(exponent)}"
 
 
+def comparison_rows(found, evaluation, learned, metric, baselines=None):
+  """The records of shipped.records() of one evaluation, theta and metric (and baselines)."""
+  rows = [
+    r
+    for r in found
+    if (r["evaluation"], r["learned"], r["metric"]) == (evaluation, learned, metric)
+    and (baselines is None or r["baseline"] in baselines)
+  ]
+  assert rows, (evaluation, learned, metric, baselines)
+  return rows
+
+
 def load_binary(name: str):
   """Imports bin/<name> (a script without .py) so its main() can be called.
 
