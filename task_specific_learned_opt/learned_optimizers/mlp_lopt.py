@@ -16,7 +16,8 @@ Two options for applying a trained theta past the horizon it was outer-trained o
 default (the paper): time_max_step makes the time features read min(t, time_max_step), so they
 stay at their value at the last trained step; weight_decay (lambda, from step weight_decay_start)
 adds a decoupled weight decay to the learned step, w_t+1 = w_t - step - lambda * w_t
-(docs/longer_unrolls.md).
+(docs/longer_unrolls.md); step_weight_decay (kappa) adds one that scales with the step,
+w_t+1 = w_t - step - kappa * rms(step) / rms(w_t) * w_t (docs/evaluation.md).
 
 Two implementations of this one update rule (App. I: the update should cost little next to the
 gradient). `reference_opt_fn` (`_ReferenceMLPLOptOptimizer`) writes the steps above out per
@@ -174,6 +175,26 @@ def tensor_step(
   return TensorStep(momenta, columns, normalized, out, step)
 
 
+def step_decay_factor(step: tf.Tensor, param: tf.Tensor, kappa: float) -> tf.Tensor:
+  """kappa * rms(step) / max(rms(w), RELATIVE_STEP_FLOOR): the fraction of w that
+  MLPLOpt.step_weight_decay takes off with the step, so that the decay's rms is kappa * rms(step)
+  (for a tensor at the floor, less).
+
+  Args:
+    step: the tensor's step (w_t - w_t+1 before the decay).
+    param: w_t, the same shape.
+    kappa: the decay's size as a multiple of the step's.
+
+  Returns:
+    A scalar.
+  """
+  step_rms = tf.sqrt(tf.reduce_mean(tf.square(step)))
+  param_rms = tf.sqrt(
+    tf.maximum(tf.reduce_mean(tf.square(param)), fast_update.RELATIVE_STEP_FLOOR**2)
+  )
+  return kappa * step_rms / param_rms
+
+
 class _Optimizer(opt_base.Optimizer):
   """What both implementations share: theta and the state."""
 
@@ -197,8 +218,16 @@ class _Optimizer(opt_base.Optimizer):
     """The next state from the new params and momenta in the order of tf.nest.flatten.
 
     With MLPLOpt.weight_decay = lambda > 0, each new param also loses lambda * (its old value)
-    from step weight_decay_start on: w_t+1 = w_t - step - lambda * w_t.
+    from step weight_decay_start on: w_t+1 = w_t - step - lambda * w_t. With
+    MLPLOpt.step_weight_decay = kappa > 0, it loses kappa * rms(step) / rms(w_t) * w_t as well
+    (mlp_options.MLPLOptOptions), the step being w_t minus the new param before either decay.
     """
+    if self.lopt.step_weight_decay:
+      old = tf.nest.flatten(state.params)
+      params = [
+        p - step_decay_factor(w - p, w, self.lopt.step_weight_decay) * w
+        for p, w in zip(params, old, strict=True)
+      ]
     if self.lopt.weight_decay:
       active = tf.cast(state.iteration >= self.lopt.weight_decay_start, tf.float32)
       decay = self.lopt.weight_decay * active

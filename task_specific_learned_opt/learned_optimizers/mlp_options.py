@@ -57,6 +57,13 @@ class MLPLOptOptions:
       square of r * max(rms(w), RELATIVE_STEP_FLOOR) when it is larger, so that no step changes
       a tensor by more than the fraction r of its scale, whatever the problem's weight scale
       (fast_update.relative_step_factor).
+    step_weight_decay: 0 (the paper), or kappa of a decoupled weight decay that scales with the
+      learned step, as AdamW's scales with the learning rate: each tensor also loses
+      kappa * rms(step) / max(rms(w), RELATIVE_STEP_FLOOR) * w, a pull toward zero of kappa times
+      its step's size, w_t+1 = w_t - step - kappa * rms(step) / rms(w_t) * w_t. A tensor's norm can
+      then grow only by the part of its step that points outward by more than kappa of the step,
+      and one kappa suits thetas whose steps differ in size (a fixed weight_decay stalls the slow
+      ones). Applied after every other option of the step, from the first step.
 
   Raises:
     ValueError: an unknown feature set or implementation, an ablation of the original-code
@@ -81,6 +88,7 @@ class MLPLOptOptions:
   gate_growth: bool = False
   max_step_rms: float | None = None
   max_relative_step: float | None = None
+  step_weight_decay: float = 0.0
 
   def __post_init__(self) -> None:
     if self.feature_set not in FEATURE_SETS:
@@ -108,11 +116,14 @@ class MLPLOptOptions:
       "gate_growth": bool(self.gate_growth),
       "max_step_rms": _optional(float, self.max_step_rms),
       "max_relative_step": _optional(float, self.max_relative_step),
+      "step_weight_decay": float(self.step_weight_decay),
     }
     for name, value in normalized.items():
       object.__setattr__(self, name, value)  # A frozen record normalises its own fields.
     if self.momentum_init is not None and (self.feature_set != "paper" or not self.use_momentum):
       raise ValueError("momentum_init needs feature_set='paper' with use_momentum=True.")
+    if self.step_weight_decay < 0:
+      raise ValueError(f"step_weight_decay must be >= 0, got {self.step_weight_decay}.")
 
 
 def _optional(cast: type, value: object) -> object:

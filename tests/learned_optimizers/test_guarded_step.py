@@ -181,3 +181,42 @@ def test_the_relative_cap_bounds_each_step_by_its_tensors_scale(implementation):
   loose = _steps(mlp_lopt.MLPLOpt(implementation=implementation, max_relative_step=100.0), theta)
   for k in PARAMS:  # A cap above every step changes nothing.
     np.testing.assert_allclose(loose[k], plain[k], rtol=1e-6, atol=_ulps(k))
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_the_step_weight_decay_takes_kappa_times_the_steps_size_off_each_tensor(implementation):
+  theta = _big_theta()
+  options = {"implementation": implementation, "max_relative_step": 3e-2, "gate_growth": True}
+  plain = _steps(mlp_lopt.MLPLOpt(**options), theta)
+  kappa = 0.5
+  decayed = _steps(mlp_lopt.MLPLOpt(step_weight_decay=kappa, **options), theta)
+  for k in PARAMS:
+    w = PARAMS[k].astype(np.float64)
+    w_rms = max(np.sqrt(np.mean(w**2)), fast_update.RELATIVE_STEP_FLOOR)
+    step_rms = np.sqrt(np.mean(plain[k].astype(np.float64) ** 2))
+    assert step_rms > 0
+    # w - new = step + kappa * rms(step) / rms(w) * w: the decay's rms is kappa * rms(step).
+    expected = plain[k] + kappa * step_rms / w_rms * w
+    np.testing.assert_allclose(decayed[k], expected, rtol=2e-3, atol=_ulps(k))
+    decay = decayed[k] - plain[k]
+    np.testing.assert_allclose(np.sqrt(np.mean(decay**2)), kappa * step_rms, rtol=2e-3)
+
+
+def test_the_step_weight_decay_scales_with_the_step_and_leaves_a_still_tensor_alone():
+  theta = _big_theta()
+  small = tf.nest.map_structure(lambda x: x, theta)
+  small["output"]["w"] = theta["output"]["w"] * 0.1  # Smaller steps, same kappa.
+  ratios = []
+  for t in (theta, small):
+    plain = _steps(mlp_lopt.MLPLOpt(), t)
+    decayed = _steps(mlp_lopt.MLPLOpt(step_weight_decay=1.0), t)
+    step = np.sqrt(np.mean(plain["c"].astype(np.float64) ** 2))
+    ratios.append(np.sqrt(np.mean((decayed["c"] - plain["c"]) ** 2)) / step)
+  np.testing.assert_allclose(ratios, [1.0, 1.0], rtol=5e-3)  # A fixed weight_decay would not.
+  zero = tf.nest.map_structure(tf.zeros_like, theta)  # Zero steps: nothing decays.
+  assert all(np.all(v == 0) for v in _steps(mlp_lopt.MLPLOpt(step_weight_decay=1.0), zero).values())
+
+
+def test_a_negative_step_weight_decay_is_refused():
+  with pytest.raises(ValueError, match="step_weight_decay"):
+    mlp_lopt.MLPLOpt(step_weight_decay=-0.1)
