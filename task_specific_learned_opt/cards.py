@@ -49,7 +49,8 @@ PRETRAINED_DIRNAME = "pretrained"
 # (output_init_scale, momentum_init), the kernel ("fast" and "reference" compute the same update)
 # and changes made on purpose to how its step is applied: past its horizon (time_max_step,
 # weight_decay, weight_decay_start; docs/longer_unrolls.md) or outside its family (the guards
-# gate_growth, max_step_rms and max_relative_step, and step_weight_decay; docs/evaluation.md).
+# gate_growth, max_step_rms and max_relative_step, step_weight_decay and max_weight_rms;
+# docs/evaluation.md).
 # The MLP's inputs and outputs are the same.
 UNPINNED_OPTIONS = (
   "implementation",
@@ -62,6 +63,7 @@ UNPINNED_OPTIONS = (
   "max_step_rms",
   "max_relative_step",
   "step_weight_decay",
+  "max_weight_rms",
 )
 # The options a loaded theta must have as on its card: every other one changes what theta computes.
 PINNED_OPTIONS = tuple(name for name in mlp_options.NAMES if name not in UNPINNED_OPTIONS)

@@ -17,7 +17,8 @@ default (the paper): time_max_step makes the time features read min(t, time_max_
 stay at their value at the last trained step; weight_decay (lambda, from step weight_decay_start)
 adds a decoupled weight decay to the learned step, w_t+1 = w_t - step - lambda * w_t
 (docs/longer_unrolls.md); step_weight_decay (kappa) adds one that scales with the step,
-w_t+1 = w_t - step - kappa * rms(step) / rms(w_t) * w_t (docs/evaluation.md).
+w_t+1 = w_t - step - kappa * rms(step) / rms(w_t) * w_t; max_weight_rms (c) bounds each kernel's
+rms by c / sqrt(fan_in) (docs/evaluation.md).
 
 Two implementations of this one update rule (App. I: the update should cost little next to the
 gradient). `reference_opt_fn` (`_ReferenceMLPLOptOptimizer`) writes the steps above out per
@@ -195,6 +196,26 @@ def step_decay_factor(step: tf.Tensor, param: tf.Tensor, kappa: float) -> tf.Ten
   return kappa * step_rms / param_rms
 
 
+def max_norm(param: tf.Tensor, c: float) -> tf.Tensor:
+  """`param` scaled back to an rms of c / sqrt(fan_in) where above it, if it is a kernel.
+
+  Args:
+    param: a parameter tensor; one of rank below 2 (a bias, a scale) is returned as it is.
+    c: the bound, in units of 1 / sqrt(fan_in), fan_in the product of all but the last dimension.
+
+  Returns:
+    The tensor, the same shape.
+  """
+  if param.shape.rank is None or param.shape.rank < 2:
+    return param
+  fan_in = 1
+  for size in param.shape[:-1]:
+    fan_in *= int(size)
+  bound = c / fan_in**0.5
+  rms = tf.sqrt(tf.reduce_mean(tf.square(param)))
+  return param * tf.minimum(1.0, bound / tf.maximum(rms, 1e-30))
+
+
 class _Optimizer(opt_base.Optimizer):
   """What both implementations share: theta and the state."""
 
@@ -221,6 +242,8 @@ class _Optimizer(opt_base.Optimizer):
     from step weight_decay_start on: w_t+1 = w_t - step - lambda * w_t. With
     MLPLOpt.step_weight_decay = kappa > 0, it loses kappa * rms(step) / rms(w_t) * w_t as well
     (mlp_options.MLPLOptOptions), the step being w_t minus the new param before either decay.
+    With MLPLOpt.max_weight_rms = c, each new kernel is then scaled back to an rms of at most
+    c / sqrt(fan_in) (max_norm).
     """
     if self.lopt.step_weight_decay:
       old = tf.nest.flatten(state.params)
@@ -233,6 +256,8 @@ class _Optimizer(opt_base.Optimizer):
       decay = self.lopt.weight_decay * active
       old = tf.nest.flatten(state.params)
       params = [p - decay * w for p, w in zip(params, old, strict=True)]
+    if self.lopt.max_weight_rms is not None:
+      params = [max_norm(p, self.lopt.max_weight_rms) for p in params]
     return MLPLOptState(
       params=tf.nest.pack_sequence_as(state.params, params),
       momenta=tf.nest.pack_sequence_as(state.momenta, momenta),

@@ -64,6 +64,12 @@ class MLPLOptOptions:
       then grow only by the part of its step that points outward by more than kappa of the step,
       and one kappa suits thetas whose steps differ in size (a fixed weight_decay stalls the slow
       ones). Applied after every other option of the step, from the first step.
+    max_weight_rms: None (the paper), or c: after the step (and any decay), a kernel (a tensor of
+      rank 2 or more) whose root mean square is above c / sqrt(fan_in) is scaled back to it,
+      fan_in being the product of all its dimensions but the last (Srivastava et al.'s max-norm
+      constraint, per tensor): the weights cannot grow past a few times their initial scale
+      whatever the step does (Glorot-uniform kernels start at 0.5-1.4 / sqrt(fan_in)). Vectors
+      (biases, batch norm's scales and offsets) are left alone.
 
   Raises:
     ValueError: an unknown feature set or implementation, an ablation of the original-code
@@ -89,6 +95,7 @@ class MLPLOptOptions:
   max_step_rms: float | None = None
   max_relative_step: float | None = None
   step_weight_decay: float = 0.0
+  max_weight_rms: float | None = None
 
   def __post_init__(self) -> None:
     if self.feature_set not in FEATURE_SETS:
@@ -117,6 +124,7 @@ class MLPLOptOptions:
       "max_step_rms": _optional(float, self.max_step_rms),
       "max_relative_step": _optional(float, self.max_relative_step),
       "step_weight_decay": float(self.step_weight_decay),
+      "max_weight_rms": _optional(float, self.max_weight_rms),
     }
     for name, value in normalized.items():
       object.__setattr__(self, name, value)  # A frozen record normalises its own fields.
@@ -124,6 +132,8 @@ class MLPLOptOptions:
       raise ValueError("momentum_init needs feature_set='paper' with use_momentum=True.")
     if self.step_weight_decay < 0:
       raise ValueError(f"step_weight_decay must be >= 0, got {self.step_weight_decay}.")
+    if self.max_weight_rms is not None and self.max_weight_rms <= 0:
+      raise ValueError(f"max_weight_rms must be > 0 or None, got {self.max_weight_rms}.")
 
 
 def _optional(cast: type, value: object) -> object:

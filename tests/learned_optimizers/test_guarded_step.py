@@ -220,3 +220,38 @@ def test_the_step_weight_decay_scales_with_the_step_and_leaves_a_still_tensor_al
 def test_a_negative_step_weight_decay_is_refused():
   with pytest.raises(ValueError, match="step_weight_decay"):
     mlp_lopt.MLPLOpt(step_weight_decay=-0.1)
+
+
+def test_max_norm_worked_numbers():
+  kernel = tf.fill([4, 25], 0.3)  # fan_in 4: bound c / 2; rms 0.3.
+  np.testing.assert_allclose(mlp_lopt.max_norm(kernel, 0.2).numpy(), np.full([4, 25], 0.1))
+  np.testing.assert_allclose(mlp_lopt.max_norm(kernel, 1.0).numpy(), kernel.numpy())  # Below.
+  conv = tf.fill([3, 3, 4, 8], -1.0)  # fan_in 36: bound c / 6.
+  np.testing.assert_allclose(mlp_lopt.max_norm(conv, 3.0).numpy(), np.full([3, 3, 4, 8], -0.5))
+  bias = tf.constant([5.0, -7.0])  # Vectors are left alone.
+  np.testing.assert_array_equal(mlp_lopt.max_norm(bias, 1e-3).numpy(), bias.numpy())
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_max_weight_rms_bounds_every_kernel_after_the_step(implementation):
+  theta = _big_theta()
+  c = 0.5
+  plain = _steps(mlp_lopt.MLPLOpt(implementation=implementation), theta)
+  bounded = _steps(mlp_lopt.MLPLOpt(implementation=implementation, max_weight_rms=c), theta)
+  for k in PARAMS:
+    new = PARAMS[k] - bounded[k]
+    free = PARAMS[k] - plain[k]
+    if PARAMS[k].ndim < 2:
+      np.testing.assert_array_equal(new, free)  # "b" is a vector: untouched.
+      continue
+    bound = c / np.sqrt(PARAMS[k].shape[0])
+    assert np.sqrt(np.mean(free.astype(np.float64) ** 2)) > bound  # Over the bound ...
+    # ... and scaled back onto it, direction unchanged.
+    np.testing.assert_allclose(np.sqrt(np.mean(new.astype(np.float64) ** 2)), bound, rtol=1e-5)
+    cosine = np.sum(new * free) / np.linalg.norm(new) / np.linalg.norm(free)
+    np.testing.assert_allclose(cosine, 1.0, rtol=1e-5)
+  loose = _steps(mlp_lopt.MLPLOpt(implementation=implementation, max_weight_rms=1e3), theta)
+  for k in PARAMS:
+    np.testing.assert_array_equal(loose[k], plain[k])  # A bound above every kernel: no change.
+  with pytest.raises(ValueError, match="max_weight_rms"):
+    mlp_lopt.MLPLOpt(max_weight_rms=0.0)
