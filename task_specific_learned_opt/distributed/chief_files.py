@@ -148,17 +148,45 @@ class ChiefFiles:
     the index names it), and the words name both. The index counts as on the disk only once the
     save has finished: an fsync on a file system that has just turned read-only (ext4's
     errors=remount-ro) can return without writing, and only the save's later writes show that
-    the disk still took them.
+    the disk still took them. The words are checked against the disk as well: a checkpoint whose
+    files are not all there is not named, and one that the index on the disk names (what a
+    restart resumes from) is named even where the manager believes another was recorded.
     """
+    named = []
     latest = self.manager.latest_checkpoint
-    if latest is None:
-      return "No checkpoint was saved yet"
-    name = os.path.basename(latest)
+    if latest is not None:
+      named.append(latest)
+    if self._index_unsynced and self._previous_checkpoint is not None:
+      named.append(self._previous_checkpoint)
+    on_disk = self._indexed_on_disk()
+    if on_disk is not None:
+      named.append(on_disk)
+    named = [os.path.abspath(p) for p in named]
+    whole = [p for i, p in enumerate(named) if p not in named[:i] and _whole_checkpoint(p)]
+    if not whole:
+      return (
+        "No complete checkpoint was saved yet"
+        if latest is None
+        else ("No complete checkpoint is on the disk")
+      )
+    name = os.path.basename(whole[0])
     step = name.rsplit("-", 1)[-1]
-    if self._index_unsynced and self._previous_checkpoint not in (None, latest):
-      previous = os.path.basename(self._previous_checkpoint)
-      step += f"; or {previous} if the disk lost the index naming it"
+    for other in whole[1:]:
+      step += f"; or {os.path.basename(other)} if the disk lost the index naming {name}"
     return f"The last complete checkpoint, {name} (outer step {step}), is intact"
+
+  def _indexed_on_disk(self) -> str | None:
+    """The checkpoint that the index file on the disk names, or None (no index, unreadable)."""
+    try:
+      state = tf.train.get_checkpoint_state(layout.checkpoint_dir(self.train_dir))
+    except Exception:  # noqa: BLE001 - a damaged index names nothing.
+      return None
+    if state is None or not state.model_checkpoint_path:
+      return None
+    path = state.model_checkpoint_path
+    if not os.path.isabs(path):
+      path = os.path.join(layout.checkpoint_dir(self.train_dir), path)
+    return path
 
   @contextlib.contextmanager
   def _disk_checked(self) -> Iterator[None]:
@@ -324,3 +352,12 @@ class ChiefFiles:
       left = max(self.setup.max_inner_steps - self.inner_steps.total, 0)
       eta = min(eta, left / max(rate, 1e-9))
     return eta
+
+
+def _whole_checkpoint(prefix: str) -> bool:
+  """Whether checkpoint `prefix` has its index and every data shard on the disk."""
+  shards = glob.glob(f"{prefix}.data-*-of-*")
+  if not os.path.exists(f"{prefix}.index") or not shards:
+    return False
+  count = int(shards[0].rsplit("-of-", 1)[1])
+  return len(shards) == count

@@ -172,7 +172,7 @@ def test_a_disk_failing_before_the_new_index_is_flushed_names_both_checkpoints(
 
   monkeypatch.setattr(chief_files.files, "sync", sync)
   message = _failed_save_three_steps_on(files)
-  assert "ckpt-5 (outer step 5; or ckpt-2 if the disk lost the index naming it), is intact" in (
+  assert "ckpt-5 (outer step 5; or ckpt-2 if the disk lost the index naming ckpt-5), is intact" in (
     message
   ), message
 
@@ -189,7 +189,7 @@ def test_a_disk_turning_read_only_after_the_index_was_flushed_names_both_checkpo
 
   monkeypatch.setattr(chief_files.checkpoints, "save_theta", save_theta)
   message = _failed_save_three_steps_on(files)
-  assert "ckpt-5 (outer step 5; or ckpt-2 if the disk lost the index naming it), is intact" in (
+  assert "ckpt-5 (outer step 5; or ckpt-2 if the disk lost the index naming ckpt-5), is intact" in (
     message
   ), message
   monkeypatch.undo()
@@ -220,3 +220,30 @@ def test_the_records_up_to_a_checkpoint_are_on_the_disk_before_its_index_names_i
     named_when_synced
   )
   assert index.read_text().splitlines()[0] == 'model_checkpoint_path: "ckpt-5"'
+
+
+def test_the_words_after_a_failed_save_follow_the_disk(tmp_path):
+  # The manager recorded ckpt-5, but the index on the disk still names ckpt-2 (a rename of the
+  # index lost by the disk): a restart resumes from ckpt-2, so the words name it too.
+  files = _files(tmp_path, steps=2)
+  files.chief.outer_step.assign_add(3)
+  files.recorded_step = files.chief.step
+  files.save()
+  assert files.kept() == "The last complete checkpoint, ckpt-5 (outer step 5), is intact"
+  index = tmp_path / "checkpoints" / layout.CHECKPOINT_INDEX_FILENAME
+  index.write_text(
+    index.read_text().replace(
+      'model_checkpoint_path: "ckpt-5"', ('model_checkpoint_path: "ckpt-2"')
+    )
+  )
+  assert files.kept() == (
+    "The last complete checkpoint, ckpt-5 (outer step 5; or ckpt-2 if the disk lost the index "
+    "naming ckpt-5), is intact"
+  )
+  # ckpt-5's data did not reach the disk: it is not named at all.
+  for data in (tmp_path / "checkpoints").glob("ckpt-5.data-*"):
+    data.unlink()
+  assert files.kept() == "The last complete checkpoint, ckpt-2 (outer step 2), is intact"
+  for path in (tmp_path / "checkpoints").glob("ckpt-2.*"):
+    path.unlink()
+  assert files.kept() == "No complete checkpoint is on the disk"
