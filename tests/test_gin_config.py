@@ -165,6 +165,16 @@ BUILDERS = [
     "eval/out_of_family/decay_from_start.gin",
     _overlay("eval/out_of_family/decay_from_start.gin", "eval/out_of_family/mlp_3x128.gin"),
   ),
+  (
+    "eval/out_of_family/bounded_weights.gin",
+    _overlay("eval/out_of_family/bounded_weights.gin", "eval/out_of_family/mlp_3x128.gin"),
+  ),
+  (
+    "eval/out_of_family/bounded_weights_small_cap.gin",
+    _overlay(
+      "eval/out_of_family/bounded_weights_small_cap.gin", "eval/out_of_family/mlp_3x128.gin"
+    ),
+  ),
   ("eval/*.gin", _entry_point("evaluate")),
   ("baselines/*.gin", _baseline_search),
   ("benchmark/*.gin", _entry_point("benchmark.run")),

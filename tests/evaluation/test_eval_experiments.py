@@ -116,6 +116,8 @@ OVERLAYS = (
   "out_of_family/past_horizon_decay.gin",
   "out_of_family/relative_cap.gin",
   "out_of_family/decay_from_start.gin",
+  "out_of_family/bounded_weights.gin",
+  "out_of_family/bounded_weights_small_cap.gin",
 )
 # What the evaluated tasks train, (model name, parameters, image shape): the shipped thetas' own
 # family (pretrained.gin) and each problem out of it. A 3x3 conv layer from c to c' channels has

@@ -54,6 +54,8 @@ OVERLAYS = (
   "past_horizon_decay.gin",
   "relative_cap.gin",
   "decay_from_start.gin",
+  "bounded_weights.gin",
+  "bounded_weights_small_cap.gin",
 )
 # The held-out evaluations shipped results come from: gin file -> its entry point.
 HELD_OUT = {

@@ -36,13 +36,14 @@ def test_the_committed_out_of_family_tables_are_what_their_files_give(directory)
 
 def _thetas(name):
   """How many thetas an App. E evaluation reports: the mixed theta alone; the four others with the
-  capped update (the digits convnets: all five); all five with the decay from the first step; else
+  capped update (the digits convnets: all five); all five with the decay from the first step and
+  with the bounded update; else
   an L_train/L_valid pair."""
   if "/mixed" in name:
     return 1
   if "/capped" in name:
     return 5 if name.startswith("digits_conv") else 4
-  if "/decay_from_start" in name:
+  if "/decay_from_start" in name or "/bounded_weights" in name:
     return 5
   return 2
 
