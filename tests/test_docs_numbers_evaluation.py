@@ -736,3 +736,147 @@ def test_the_readme_app_e_row_gives_the_decay_from_the_first_steps_counts():
     f"trains {generated} of 200 runs on fresh tasks of the generated-data problems with none "
     f"diverging, the MLPs included, and {digits} of 30 on the real digits"
   ) in row
+
+
+BOUND_PROBES = (
+  ("kappa 0.1", "step_decay_0.1"),
+  ("kappa 0.3", "step_decay_0.3"),
+  ("kappa 1", "step_decay_1.0"),
+  ("c 1.5", "max_norm_1.5"),
+  ("c 3", "max_norm_3"),
+  ("c 6", "max_norm_6"),
+  ("c 1.5, cap 2%", "max_norm_1.5_cap_2e-2"),
+  ("c 1.5, cap 3%", "max_norm_1.5_cap_3e-2"),
+)
+BOUND_PROBLEMS = ("mlp_2x32", "mlp_3x128", "cnn_no_batch_norm")
+DIGITS = ("digits_mlp_2x32", "digits_conv3", "digits_conv6")
+BOUNDED = ("bounded_weights", "bounded_weights_small_cap")
+
+
+def _probe_cell(problem, run):
+  """'trained, diverged (thetas with a run that did not train)' of one probe, or 'not run'."""
+  path = os.path.join(PRETRAINED, "app_e", "update_probe", problem, run, "summary.json")
+  if not os.path.exists(path):
+    return "not run", None
+  checks = _checks("app_e", "update_probe", problem, run)
+  assert set(checks) == set(FIVE)
+  trained = sum(c["trained"] for c in checks.values())
+  diverged = sum(c["diverged"] for c in checks.values())
+  failing = [t for t in FIVE if checks[t]["trained"] < checks[t]["runs"]]
+  cell = f"{trained}, {diverged}" + (f" ({', '.join(failing)})" if failing else "")
+  return cell, (trained, diverged)
+
+
+def _trained_cell(problem, run):
+  """Runs of the five thetas that trained, with each theta that missed some."""
+  checks = _checks("app_e", problem, run)
+  failing = [
+    f"{t} {checks[t]['trained']} of {checks[t]['runs']}"
+    for t in FIVE
+    if checks[t]["trained"] < checks[t]["runs"]
+  ]
+  cell = str(sum(checks[t]["trained"] for t in FIVE))
+  return cell + (f" ({', '.join(failing)})" if failing else "")
+
+
+def test_the_bound_on_the_weights_is_chosen_and_reported_as_the_doc_says(doc, found):
+  title = "A bound on the weights"
+  text, table = _section(doc, title), _lines(doc, title)
+  clean = []
+  for label, run in BOUND_PROBES:
+    cells = [_probe_cell(p, run) for p in BOUND_PROBLEMS]
+    assert f"| {label} | {' | '.join(c for c, _ in cells)} |" in table, label
+    if all(n == (10, 0) for _, n in cells):
+      clean.append(label)
+  assert clean == ["c 1.5, cap 3%"]  # The one setting under which all 30 runs trained.
+  with open(
+    os.path.join(testing_utils.REPO, "gin", "eval", "out_of_family", "bounded_weights.gin")
+  ) as f:
+    config = f.read()
+  assert "MLPLOpt.max_weight_rms = 1.5" in config and "MLPLOpt.max_relative_step = 3e-2" in config
+  assert "evaluate.seed = 8" in config
+  small = os.path.join(
+    testing_utils.REPO, "gin", "eval", "out_of_family", "bounded_weights_small_cap.gin"
+  )
+  with open(small) as f:
+    config = f.read()
+  assert "MLPLOpt.max_relative_step = 1e-2" in config and "evaluate.seed = 9" in config
+  seed8 = _checks("app_e", "mlp_3x128", "bounded_weights")
+  assert (
+    f"({sum(seed8[t]['trained'] for t in FIVE)} of 25 runs trained, "
+    f"{'none' if not sum(seed8[t]['diverged'] for t in FIVE) else 'some'} diverging)"
+  ) in text
+  for problem in (*GENERATED, *DIGITS):
+    row = [_trained_cell(problem, run) for run in (*BOUNDED, "decay_from_start")]
+    assert f"| {problem} | {' | '.join(row)} |" in table, problem
+    for run in BOUNDED:
+      assert sum(_checks("app_e", problem, run)[t]["diverged"] for t in FIVE) == 0, problem
+  run = "bounded_weights_small_cap"
+  generated = sum(_trained(p, run, FIVE) for p in GENERATED)
+  digits = sum(_trained(p, run, FIVE) for p in DIGITS)
+  assert (generated, digits) == (200, 30)  # Every theta trains every problem.
+  assert (
+    f"on tasks drawn after it was chosen: {generated} of 200 runs on the generated-data problems "
+    f"and {digits} of 30 on the real digits, none diverging"
+  ) in text
+
+
+def test_the_readme_app_e_row_gives_the_bounds_counts():
+  with open(os.path.join(testing_utils.REPO, "README.md")) as f:
+    (row,) = [line for line in f if line.startswith("| App. E |")]
+  run = "bounded_weights_small_cap"
+  generated = sum(_trained(p, run, FIVE) for p in GENERATED)
+  digits = sum(_trained(p, run, FIVE) for p in DIGITS)
+  assert (
+    f"makes every shipped theta train every one of these problems: {generated} of 200 runs on "
+    f"fresh tasks (seed 9) and {digits} of 30 on the real digits, none diverging"
+  ) in row
+
+
+def test_what_the_bound_on_the_weights_costs_against_tuned_adam(doc, found):
+  text = _section(doc, "A bound on the weights")
+  run = "bounded_weights_small_cap"
+  for problem in CONVNETS:  # Each theta wins at most 1 of 5 tasks on mean training loss.
+    assert max(_adam(found, f"app_e/{problem}/{run}", t, "mean_loss")["wins"] for t in FIVE) <= 1
+  in_family = [_adam(found, f"app_e/cnn_batch_norm/{run}", t, "mean_loss") for t in BATCH_NORMED]
+  assert all(r["wins"] == 0 for r in in_family)
+  assert (
+    f"they are behind (mean training loss {in_family[0]['learned_mean_loss']:.3f} and "
+    f"{in_family[1]['learned_mean_loss']:.3f} against {in_family[0]['baseline_mean_loss']:.3f})"
+  ) in text
+  faster = [
+    _adam(found, f"app_e/mlp_3x128/{run}", t, "mean_loss") for t in ("L_train", "cnn_train")
+  ]
+  assert {r["outcome"] for r in faster} == {statistics.LEARNED_AHEAD}
+  others = [
+    _adam(found, f"app_e/mlp_3x128/{run}", t, "mean_loss")
+    for t in ("L_valid", "cnn_valid", "mixed")
+  ]
+  assert all(r["wins"] == 0 for r in others)
+  assert (
+    f"(mean training loss {faster[0]['learned_mean_loss']:.3f} and "
+    f"{faster[1]['learned_mean_loss']:.3f} against {faster[0]['baseline_mean_loss']:.3f}: "
+    f"{statistics.claim(faster[0])} and {statistics.claim(faster[1])})"
+  ) in text
+  # The 3% cap on seed 8.
+  six = [_adam(found, "app_e/cnn_6_layers/bounded_weights", t, "mean_loss") for t in FIVE]
+  assert all(r["wins"] == 5 for r in six)
+  losses = [r["learned_mean_loss"] for r in six]
+  assert (
+    f"all five beat tuned Adam on the 6-layer CNN (mean training loss {_range(losses)} against "
+    f"{six[0]['baseline_mean_loss']:.3f}, 5 of 5 tasks each)"
+  ) in text
+  wide = [_adam(found, "app_e/cnn_32_channels/bounded_weights", t, "mean_loss") for t in FIVE]
+  ahead = [r for r in wide if r["wins"] == 5]
+  assert len(ahead) == 4
+  assert (
+    f"four of them on the 32-channel one ({_range([r['learned_mean_loss'] for r in ahead])} "
+    f"against {wide[0]['baseline_mean_loss']:.3f}, 5 of 5 each)"
+  ) in text
+  nobn = _checks("app_e", "cnn_no_batch_norm", "bounded_weights")["mixed"]
+  conv6 = _checks("app_e", "digits_conv6", "bounded_weights")["cnn_valid"]
+  assert (
+    f"leaves the mixed theta at ln 10 on {nobn['runs'] - nobn['trained']} of 5 runs of the CNN "
+    f"without batch norm and the paper-family L_valid theta on {conv6['runs'] - conv6['trained']} "
+    "of 2 runs of the 6-layer convnet on the digits"
+  ) in text

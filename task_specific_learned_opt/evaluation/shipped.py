@@ -56,7 +56,9 @@ OUT_OF_FAMILY_TABLE = "summary.md"
 # and Adam's runs, as the mixed theta's); digits_conv<n>: App. E's convnets on the real digits,
 # every theta with that update (the mixed one too) and, for conv3, as in bn_cnn and cnn;
 # decay_from_start: every theta with that update and a weight decay from the first step (seed 7's
-# tasks; the digits with App. E's 2,000 steps).
+# tasks; the digits with App. E's 2,000 steps); bounded_weights: every theta with the guarded
+# update, a max-norm bound on each kernel and a 3% relative step cap (seed 8's tasks), and
+# bounded_weights_small_cap the same with the 1% cap (seed 9's).
 # App. E's problems on the generated family, in table order.
 GENERATED_PROBLEMS = (
   "cnn_no_batch_norm",
@@ -87,7 +89,8 @@ APP_E = (
   + tuple(f"digits_conv{n}/capped_past_horizon_decay" for n in (3, 6))
   + ("digits_conv3/bn_cnn", "digits_conv3/cnn")
   + tuple(
-    f"{problem}/decay_from_start"
+    f"{problem}/{update}"
+    for update in ("decay_from_start", "bounded_weights", "bounded_weights_small_cap")
     for problem in (*GENERATED_PROBLEMS, "digits_mlp_2x32", "digits_conv3", "digits_conv6")
   )
 )

@@ -538,3 +538,33 @@ def test_bad_arguments_are_refused_clearly():
     keras_optimizer.LearnedOptimizer(theta, lopt="mlp")
   with pytest.raises(ValueError, match="Unknown MLPLOpt options"):
     keras_optimizer.LearnedOptimizer(theta, lopt={"hidden": 32})
+
+
+BOUNDED_UPDATE = {  # gin/eval/out_of_family/guarded_update.gin + bounded_weights_small_cap.gin.
+  "gate_growth": True,
+  "max_step_rms": 3e-3,
+  "max_relative_step": 1e-2,
+  "max_weight_rms": 1.5,
+}
+
+
+@pytest.mark.parametrize("name", ["bn_cnn_train", "mixed_app_e_valid"])
+def test_a_shipped_theta_with_the_bounded_update_keeps_every_kernel_under_its_bound(name):
+  # The use-time update of docs/evaluation.md ("A bound on the weights"), given to a shipped theta
+  # in model.fit; a bound of 0.5 / sqrt(fan_in), below the kernels' initial scale, must hold
+  # from the first step on, and the biases and batch norm's vectors are not bound.
+  x, y = mixed_data()
+  model = mixed_model()
+  optimizer = keras_optimizer.LearnedOptimizer.from_pretrained(
+    name, lopt={**BOUNDED_UPDATE, "max_weight_rms": 0.5}
+  )
+  assert optimizer._rule.lopt.max_weight_rms == 0.5
+  model.compile(optimizer=optimizer, loss=LOSS)
+  kernels = [v for v in model.trainable_variables if len(v.shape) >= 2]
+  bounds = [0.5 / np.sqrt(np.prod(v.shape[:-1])) for v in kernels]
+  rms = lambda v: float(np.sqrt(np.mean(np.square(np.asarray(v)))))  # noqa: E731
+  assert any(rms(v) > b for v, b in zip(kernels, bounds, strict=True))  # Glorot starts above.
+  model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+  for v, b in zip(kernels, bounds, strict=True):
+    assert rms(v) <= b * (1 + 1e-5), v.name
+  assert np.all(np.isfinite(model.predict(x, verbose=0)))
