@@ -920,6 +920,21 @@ def test_longer_unrolls_inputs_table_is_the_seed_1_runs_windows(seed_1):
   )
   epsilon = math.sqrt(seed_1["normalizer_epsilon"])
   assert max(max(v[4:]) for v in series["column_rms"]) < epsilon  # "below sqrt(eps) throughout".
+
+  def leaves(t, kind):
+    """The first recorded step past 500 with the gradient input below its outer-training range."""
+    rows_ = t["runs"][SHIPPED]["probe"]["kinds"][kind]["normalized_rms"]
+    low = min(v[0] for s, v in zip(steps, rows_, strict=True) if s < 500)
+    return next(s for s, v in zip(steps, rows_, strict=True) if s >= 500 and v[0] < low)
+
+  assert (
+    f"| from step {leaves(task, 'conv/w')} (task 1: {leaves(other, 'conv/w')}) |"
+    in rows["normalised gradient RMS, conv kernels"]
+  )
+  assert (
+    f"| from step {leaves(task, 'linear/w')} / {leaves(task, 'conv/scale'):,} |"
+    in rows["normalised gradient RMS, last layer / batch-norm gains"]
+  )
   time_225 = task["runs"][SHIPPED]["probe"]["time"][steps.index(1000)][3]
   assert f"{time_225:.1f}" == "1.0" and "1.0 from step ~1,000" in rows["time feature, eta = 225"]
 
