@@ -607,6 +607,7 @@ def test_the_ledger_paragraph_is_the_ledgers_overlaps(doc):
 DECAY_STRENGTHS = ("0", "1e-3", "3e-3", "1e-2")
 FIVE = (*BATCH_NORMED, *PAPER_FAMILY, "mixed")
 ADAM_VALID = f"adam {VALID}"
+DIGITS = ("digits_mlp_2x32", "digits_conv3", "digits_conv6")
 
 
 def _trained(problem, run, thetas, key="trained"):
@@ -707,8 +708,8 @@ def test_the_decay_from_the_first_step_is_chosen_and_reported_as_the_doc_says(do
     f"{in_family[1]['learned_mean_loss']:.3f} against {in_family[0]['baseline_mean_loss']:.3f})"
   ) in text
   # The real digits.
-  digits = ("digits_mlp_2x32", "digits_conv3", "digits_conv6")
-  assert f"**Real digits**: {sum(_trained(p, run, FIVE) for p in digits)} of 30 runs" in text
+  generated, digits = _trained_totals(run)
+  assert f"**Real digits**: {digits} of 30 runs" in text
   final = [_adam(found, f"app_e/digits_mlp_2x32/{run}", t, "final_test_loss") for t in BATCH_NORMED]
   assert all(r["learned_mean_loss"] < r["baseline_mean_loss"] for r in final)
   assert (
@@ -716,7 +717,6 @@ def test_the_decay_from_the_first_step_is_chosen_and_reported_as_the_doc_says(do
     f"{final[0]['baseline_mean_loss']:.3f}; one task"
   ) in text
   # All generated-data problems.
-  generated = sum(_trained(p, run, FIVE) for p in GENERATED)
   assert sum(_trained(p, run, FIVE, "diverged") for p in GENERATED) == 0
   capped = sum(_capped(p) for p in GENERATED)
   capped_diverged = sum(_capped(p, "diverged") for p in GENERATED)
@@ -726,12 +726,23 @@ def test_the_decay_from_the_first_step_is_chosen_and_reported_as_the_doc_says(do
   ) in text
 
 
-def test_the_readme_app_e_row_gives_the_decay_from_the_first_steps_counts():
+def _readme_app_e_row():
   with open(os.path.join(testing_utils.REPO, "README.md")) as f:
     (row,) = [line for line in f if line.startswith("| App. E |")]
-  run = "decay_from_start"
-  generated = sum(_trained(p, run, FIVE) for p in GENERATED)
-  digits = sum(_trained(p, run, FIVE) for p in ("digits_mlp_2x32", "digits_conv3", "digits_conv6"))
+  return row
+
+
+def _trained_totals(run):
+  """Runs of the five thetas that trained: (on the generated-data problems, on the digits)."""
+  return (
+    sum(_trained(p, run, FIVE) for p in GENERATED),
+    sum(_trained(p, run, FIVE) for p in DIGITS),
+  )
+
+
+def test_the_readme_app_e_row_gives_the_decay_from_the_first_steps_counts():
+  row = _readme_app_e_row()
+  generated, digits = _trained_totals("decay_from_start")
   assert (
     f"trains {generated} of 200 runs on fresh tasks of the generated-data problems with none "
     f"diverging, the MLPs included, and {digits} of 30 on the real digits"
@@ -749,7 +760,6 @@ BOUND_PROBES = (
   ("c 1.5, cap 3%", "max_norm_1.5_cap_3e-2"),
 )
 BOUND_PROBLEMS = ("mlp_2x32", "mlp_3x128", "cnn_no_batch_norm")
-DIGITS = ("digits_mlp_2x32", "digits_conv3", "digits_conv6")
 BOUNDED = ("bounded_weights", "bounded_weights_small_cap")
 
 
@@ -811,9 +821,7 @@ def test_the_bound_on_the_weights_is_chosen_and_reported_as_the_doc_says(doc, fo
     assert f"| {problem} | {' | '.join(row)} |" in table, problem
     for run in BOUNDED:
       assert sum(_checks("app_e", problem, run)[t]["diverged"] for t in FIVE) == 0, problem
-  run = "bounded_weights_small_cap"
-  generated = sum(_trained(p, run, FIVE) for p in GENERATED)
-  digits = sum(_trained(p, run, FIVE) for p in DIGITS)
+  generated, digits = _trained_totals("bounded_weights_small_cap")
   assert (generated, digits) == (200, 30)  # Every theta trains every problem.
   assert (
     f"on tasks drawn after it was chosen: {generated} of 200 runs on the generated-data problems "
@@ -822,11 +830,8 @@ def test_the_bound_on_the_weights_is_chosen_and_reported_as_the_doc_says(doc, fo
 
 
 def test_the_readme_app_e_row_gives_the_bounds_counts():
-  with open(os.path.join(testing_utils.REPO, "README.md")) as f:
-    (row,) = [line for line in f if line.startswith("| App. E |")]
-  run = "bounded_weights_small_cap"
-  generated = sum(_trained(p, run, FIVE) for p in GENERATED)
-  digits = sum(_trained(p, run, FIVE) for p in DIGITS)
+  row = _readme_app_e_row()
+  generated, digits = _trained_totals("bounded_weights_small_cap")
   assert (
     f"makes every shipped theta train every one of these problems: {generated} of 200 runs on "
     f"fresh tasks (seed 9) and {digits} of 30 on the real digits, none diverging"

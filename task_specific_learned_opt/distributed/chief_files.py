@@ -164,11 +164,9 @@ class ChiefFiles:
     named = [os.path.abspath(p) for p in named]
     whole = [p for i, p in enumerate(named) if p not in named[:i] and _whole_checkpoint(p)]
     if not whole:
-      return (
-        "No complete checkpoint was saved yet"
-        if latest is None
-        else ("No complete checkpoint is on the disk")
-      )
+      if latest is None:
+        return "No complete checkpoint was saved yet"
+      return "No complete checkpoint is on the disk"
     name = os.path.basename(whole[0])
     step = name.rsplit("-", 1)[-1]
     for other in whole[1:]:

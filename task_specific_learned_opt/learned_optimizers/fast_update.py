@@ -100,8 +100,16 @@ def relative_step_factor(
   Returns:
     The factors, the shape of `step_mean_square`.
   """
-  scale = tf.sqrt(tf.maximum(param_mean_square, RELATIVE_STEP_FLOOR**2))
-  return step_rms_factor(step_mean_square, max_relative_step * scale)
+  return step_rms_factor(step_mean_square, max_relative_step * relative_scale(param_mean_square))
+
+
+def relative_scale(param_mean_square: tf.Tensor) -> tf.Tensor:
+  """max(rms(w), RELATIVE_STEP_FLOOR): the scale a tensor's steps are measured against.
+
+  Args:
+    param_mean_square: the mean of the squared weights w (any shape).
+  """
+  return tf.sqrt(tf.maximum(param_mean_square, RELATIVE_STEP_FLOOR**2))
 
 
 def feature_maps(config: mlp_options.MLPLOptOptions) -> tuple[np.ndarray, np.ndarray]:

@@ -33,6 +33,7 @@ same function as the MLP on the concatenated 16 columns (the tests check the ref
 numpy forward pass of the concatenation, and the two implementations against each other).
 """
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -190,10 +191,7 @@ def step_decay_factor(step: tf.Tensor, param: tf.Tensor, kappa: float) -> tf.Ten
     A scalar.
   """
   step_rms = tf.sqrt(tf.reduce_mean(tf.square(step)))
-  param_rms = tf.sqrt(
-    tf.maximum(tf.reduce_mean(tf.square(param)), fast_update.RELATIVE_STEP_FLOOR**2)
-  )
-  return kappa * step_rms / param_rms
+  return kappa * step_rms / fast_update.relative_scale(tf.reduce_mean(tf.square(param)))
 
 
 def max_norm(param: tf.Tensor, c: float) -> tf.Tensor:
@@ -208,10 +206,7 @@ def max_norm(param: tf.Tensor, c: float) -> tf.Tensor:
   """
   if param.shape.rank is None or param.shape.rank < 2:
     return param
-  fan_in = 1
-  for size in param.shape[:-1]:
-    fan_in *= int(size)
-  bound = c / fan_in**0.5
+  bound = c / math.prod(param.shape[:-1]) ** 0.5
   rms = tf.sqrt(tf.reduce_mean(tf.square(param)))
   return param * tf.minimum(1.0, bound / tf.maximum(rms, 1e-30))
 
@@ -245,8 +240,8 @@ class _Optimizer(opt_base.Optimizer):
     With MLPLOpt.max_weight_rms = c, each new kernel is then scaled back to an rms of at most
     c / sqrt(fan_in) (max_norm).
     """
+    old = tf.nest.flatten(state.params)
     if self.lopt.step_weight_decay:
-      old = tf.nest.flatten(state.params)
       params = [
         p - step_decay_factor(w - p, w, self.lopt.step_weight_decay) * w
         for p, w in zip(params, old, strict=True)
@@ -254,7 +249,6 @@ class _Optimizer(opt_base.Optimizer):
     if self.lopt.weight_decay:
       active = tf.cast(state.iteration >= self.lopt.weight_decay_start, tf.float32)
       decay = self.lopt.weight_decay * active
-      old = tf.nest.flatten(state.params)
       params = [p - decay * w for p, w in zip(params, old, strict=True)]
     if self.lopt.max_weight_rms is not None:
       params = [max_norm(p, self.lopt.max_weight_rms) for p in params]
