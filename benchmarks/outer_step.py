@@ -1,6 +1,6 @@
 """Where an outer step of local mode spends its time, and outer steps per minute A/B.
 
-Two modes.
+Three modes.
 
 `--mode profile` (one process): runs train_local on an experiment (the quickstart by default)
 for --steps outer steps and times, from outer step --warm_steps on (past the first traces):
@@ -12,6 +12,11 @@ for --steps outer steps and times, from outer step --warm_steps on (past the fir
 and counts the traces of the compiled truncation. Then it splits the compiled truncation at the
 run's mean K on one worker's inner run: one unroll forward, the + and - unrolls forward, the
 whole sample (forward and backward), the ES estimate alone; each the median of --repeats calls.
+
+`--mode ops` (one process): one truncation sample at K = --num_steps (both unrolls, the backward
+pass, ES) on one worker's inner run, traced by TensorFlow's profiler over --repeats calls: the
+seconds and calls per op type per sample, the executor's time around them, and the sample's wall
+clock.
 
 `--mode ab` (one process per run): outer steps per minute of train_local for each --variant,
 the variants run in turn (A B A B ...) for --rounds rounds, each from a fresh train dir; the
@@ -53,12 +58,15 @@ from task_specific_learned_opt.distributed import (
 from task_specific_learned_opt.outer import antithetic, estimates, truncated_unroll
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("mode", "profile", ["profile", "ab"], "What to measure (module docstring).")
+flags.DEFINE_enum(
+  "mode", "profile", ["profile", "ab", "ops"], "What to measure (module docstring)."
+)
 flags.DEFINE_multi_string("gin_file", ["gin/quickstart.gin"], "The experiment.")
 flags.DEFINE_multi_string("gin_bindings", [], "Extra gin bindings (every variant's too).")
 flags.DEFINE_integer("steps", 20, "Outer steps per run.")
 flags.DEFINE_integer("warm_steps", 4, "Outer steps not timed at the start (first traces).")
-flags.DEFINE_integer("repeats", 5, "profile: calls per part of the split truncation.")
+flags.DEFINE_integer("repeats", 5, "profile and ops: calls per part of the split truncation.")
+flags.DEFINE_integer("num_steps", 16, "ops: K of the profiled truncation.")
 flags.DEFINE_multi_string("variant", [], "ab: name=DIR[|binding;binding...] (module docstring).")
 flags.DEFINE_integer("rounds", 3, "ab: runs of each variant.")
 flags.DEFINE_string("output", None, "Optional JSON file for the results.")
@@ -98,8 +106,8 @@ def _median_seconds(fn, repeats: int) -> float:
   return float(np.median(seconds))
 
 
-def _split_truncation(setup, theta, num_steps: int, repeats: int) -> dict:
-  """Seconds of the parts of one compiled truncation of `num_steps` steps (module docstring)."""
+def _truncation_fns(setup, theta, num_steps: int) -> dict:
+  """Compiled parts of one truncation of `num_steps` steps on one worker's first inner run."""
   worker = worker_step.Worker(family=setup.family, lopt=setup.lopt, worker_id=0, seed=setup.seed)
   state = worker._start_task(theta, worker.initial_state())
   task = worker.task(0)
@@ -110,33 +118,33 @@ def _split_truncation(setup, theta, num_steps: int, repeats: int) -> dict:
   plus = tf.nest.map_structure(tf.add, theta, e)
   minus = tf.nest.map_structure(tf.subtract, theta, e)
   streams = truncated_unroll.data_seeds(data_seed)
-  inner = state.inner_state
-
-  one = tf.function(
-    lambda: truncated_unroll.outer_losses(unroll, (plus,), (inner,), k, streams)[0],
-    autograph=False,
-  )
-  pair = tf.function(
-    lambda: truncated_unroll.outer_losses(unroll, (plus, minus), (inner, inner), k, streams)[0],
-    autograph=False,
-  )
-  sample = tf.function(
-    lambda: antithetic.truncation_sample(
-      unroll, theta, inner, k, data_seed, random_seeds.as_seed(7), worker.sigma
-    )[:4],
-    autograph=False,
-  )
-  es = tf.function(
-    lambda: estimates.es_gradient(tf.constant(1.0), tf.constant(0.5), e, worker.sigma),
-    autograph=False,
-  )
+  inner = state.estimator_state.inner_state
   return {
-    "num_steps": num_steps,
-    "one_unroll_forward": _median_seconds(one, repeats),
-    "pair_forward": _median_seconds(pair, repeats),
-    "whole_sample": _median_seconds(sample, repeats),
-    "es_estimate": _median_seconds(es, repeats),
+    "one_unroll_forward": tf.function(
+      lambda: truncated_unroll.outer_losses(unroll, (plus,), (inner,), k, streams)[0],
+      autograph=False,
+    ),
+    "pair_forward": tf.function(
+      lambda: truncated_unroll.outer_losses(unroll, (plus, minus), (inner, inner), k, streams)[0],
+      autograph=False,
+    ),
+    "whole_sample": tf.function(
+      lambda: antithetic.truncation_sample(
+        unroll, theta, inner, k, data_seed, random_seeds.as_seed(7), worker.sigma
+      )[:4],
+      autograph=False,
+    ),
+    "es_estimate": tf.function(
+      lambda: estimates.es_gradient(tf.constant(1.0), tf.constant(0.5), e, worker.sigma),
+      autograph=False,
+    ),
   }
+
+
+def _split_truncation(setup, theta, num_steps: int, repeats: int) -> dict:
+  """Seconds of the parts of one compiled truncation of `num_steps` steps (module docstring)."""
+  fns = _truncation_fns(setup, theta, num_steps)
+  return {"num_steps": num_steps, **{n: _median_seconds(f, repeats) for n, f in fns.items()}}
 
 
 def profile() -> dict:
@@ -227,6 +235,58 @@ def profile() -> dict:
   }
 
 
+def _op_seconds(logdir: str) -> tuple[dict, dict, float]:
+  """(seconds per op type, calls per op type, seconds in the executor) of a profiler trace.
+
+  The host plane's compute lines hold one event per op run, named "name:Type", inside the
+  executor's "ExecutorState::Process" events; the other "Class::method" events (thread pool
+  regions, records) are bookkeeping.
+  """
+  from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: PLC0415 - profile mode only.
+
+  (path,) = tf.io.gfile.glob(f"{logdir}/plugins/profile/*/*.xplane.pb")
+  space = xplane_pb2.XSpace.FromString(tf.io.gfile.GFile(path, "rb").read())
+  seconds, calls, executor = collections.Counter(), collections.Counter(), 0.0
+  for plane in space.planes:
+    for line in plane.lines:
+      if not line.name.startswith("tf_Compute"):
+        continue
+      for event in line.events:
+        name = plane.event_metadata[event.metadata_id].name
+        if name == "ExecutorState::Process":
+          executor += event.duration_ps * 1e-12
+        elif ":" in name and "::" not in name:
+          seconds[name.rsplit(":", 1)[1]] += event.duration_ps * 1e-12
+          calls[name.rsplit(":", 1)[1]] += 1
+  return dict(seconds), dict(calls), executor
+
+
+def op_profile() -> dict:
+  """One truncation sample at K = --num_steps traced by TensorFlow's profiler, per op type."""
+  gin_config.parse(FLAGS.gin_file, FLAGS.gin_bindings)
+  gin_config.configure_threads()
+  setup = outer_training.outer_training()
+  theta = tf.nest.map_structure(tf.convert_to_tensor, setup.lopt.init(setup.seed))
+  sample = _truncation_fns(setup, theta, FLAGS.num_steps)["whole_sample"]
+  wall = _median_seconds(sample, FLAGS.repeats)
+  with tempfile.TemporaryDirectory() as logdir:
+    tf.profiler.experimental.start(logdir)
+    for _ in range(FLAGS.repeats):
+      tf.nest.map_structure(lambda x: x.numpy(), sample())
+    tf.profiler.experimental.stop()
+    seconds, calls, executor = _op_seconds(logdir)
+  per_sample = {k: v / FLAGS.repeats for k, v in sorted(seconds.items(), key=lambda kv: -kv[1])}
+  return {
+    "num_steps": FLAGS.num_steps,
+    "wall_seconds_per_sample": wall,
+    "op_seconds_per_sample": per_sample,
+    "op_calls_per_sample": {k: calls[k] // FLAGS.repeats for k in per_sample},
+    "executor_seconds_per_sample": executor / FLAGS.repeats,
+    "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+    "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+  }
+
+
 def _variant(spec: str) -> tuple[str, str, list[str]]:
   name, _, rest = spec.partition("=")
   directory, _, bindings = rest.partition("|")
@@ -278,7 +338,7 @@ def ab() -> dict:
 
 def main(argv):
   del argv
-  result = profile() if FLAGS.mode == "profile" else ab()
+  result = {"profile": profile, "ab": ab, "ops": op_profile}[FLAGS.mode]()
   result.update(
     mode=FLAGS.mode,
     gin_file=FLAGS.gin_file,

@@ -216,6 +216,7 @@ def test_the_shipped_family_size_table_and_paragraph_are_their_runs():
   ) in flat
 
 
+PROFILE_ROWS_TRUNCATION = ("+ and - unrolls forward", "backward pass and ES")
 PROFILE_ROWS = {
   "the + and - unrolls forward (8 samples)": "+ and - unrolls forward",
   "the backward pass and ES (8 samples)": "backward pass and ES",
@@ -238,12 +239,18 @@ def _seconds(x):
   return "< 0.001" if x < 0.0005 else f"{x:.3f}" if x < 0.1 else f"{x:.2f}"
 
 
-def test_the_outer_step_profile_table_is_its_two_profiles():
+def test_the_outer_step_profile_table_is_its_three_profiles():
   text = _section(
     _doc("docs", "performance.md"), "# Outer-training in local mode", "## Speed-ups, each measured"
   )
-  profiles = [_result(f"outer_step_profile_quickstart{s}.json") for s in ("_intra0", "")]
-  assert [p["gin_bindings"] for p in profiles] == [["configure_threads.intra_op_threads = 0"], []]
+  profiles = [
+    _result(f"outer_step_profile_quickstart{s}.json") for s in ("_intra0", "", "_closed_form")
+  ]
+  assert [p["gin_bindings"] for p in profiles] == [
+    ["configure_threads.intra_op_threads = 0"],
+    [],
+    [],
+  ]
   for row, part in PROFILE_ROWS.items():
     cells = " | ".join(_seconds(p["parts_seconds_per_outer_step"][part]) for p in profiles)
     assert f"| {row} | {cells} |" in text, row
@@ -271,9 +278,9 @@ def test_the_outer_step_profile_table_is_its_two_profiles():
   for p in profiles:
     parts = p["parts_seconds_per_outer_step"]
     assert (
-      sum(v for k, v in parts.items() if k not in truncation) < 0.03 * p["seconds_per_outer_step"]
+      sum(v for k, v in parts.items() if k not in truncation) < 0.04 * p["seconds_per_outer_step"]
     )
-  assert "Everything but the compiled truncation is under 3% of a step." in flat
+  assert "Everything but the compiled truncation is under 4% of a step." in flat
   parts = profiles[1]["parts_seconds_per_outer_step"]
   backward = parts["backward pass and ES"] / (
     parts["backward pass and ES"] + parts["+ and - unrolls forward"]
@@ -281,7 +288,10 @@ def test_the_outer_step_profile_table_is_its_two_profiles():
   assert "the backward pass is about two thirds" in flat and round(3 * backward) == 2
   split = profiles[1]["split_truncation_seconds"]
   pair = split["pair_forward"] / split["one_unroll_forward"]
-  assert f"(both forward: {pair:.1f}x one unroll with one intra-op thread)" in flat
+  assert f"(both forward: {pair:.1f}x one unroll with one" in flat
+  split = profiles[2]["split_truncation_seconds"]
+  assert split["pair_forward"] <= split["one_unroll_forward"]
+  assert "in the last column, medians of 5 calls, both forward took no longer than one" in flat
 
 
 def test_the_intra_op_ab_table_is_its_rounds():
@@ -408,8 +418,63 @@ def test_the_batch_norm_ab_table_and_paragraph_are_its_two_runs():
   intra = _result("outer_step_ab_quickstart.json")["ratio_to_before"]["after"]["median_of_rounds"]
   assert (
     f"about {intra:.2f} x {np.median(by_before):.2f} = {intra * np.median(by_before):.1f}x against "
-    "1d5a8f1"
+    "1d5a8f1; measured on an idle machine it is about that"
   ) in flat
+  measured = _result("outer_step_ab_vs_1d5a8f1_run2.json")["ratio_to_c1d5a8f1"]["now"]
+  assert abs(measured["median_of_rounds"] - intra * np.median(by_before)) < 0.1
+
+
+def test_the_against_1d5a8f1_section_is_its_two_runs_and_the_op_profile():
+  text = _section(
+    _doc("docs", "performance.md"), "## Against 1d5a8f1 on an idle machine", "## The quickstart now"
+  )
+  flat = _flat(text)
+  medians = []
+  for name, rounds in (
+    ("outer_step_ab_vs_1d5a8f1.json", 3),
+    ("outer_step_ab_vs_1d5a8f1_run2.json", 5),
+  ):
+    ab = _result(name)
+    speeds = ab["outer_steps_per_minute"]
+    ratios = ab["ratio_to_c1d5a8f1"]["now"]["per_round"]
+    assert len(ratios) == rounds and ab["steps"] == 20 and ab["warm_steps"] == 4
+    assert max(ab["load_average"][:2]) < 3  # Idle but for the runs' own two threads.
+    np.testing.assert_allclose(ratios, np.divide(speeds["now"], speeds["c1d5a8f1"]))
+    cells = " | ".join(
+      ", ".join(f"{x:.{d}f}" for x in xs)
+      for xs, d in ((speeds["c1d5a8f1"], 1), (speeds["now"], 1), (ratios, 2))
+    )
+    median = np.median(ratios)
+    assert f"(../benchmarks/results/{name})" in text
+    assert f"| {cells} | **{median:.2f}** |" in text, name
+    medians.append(median)
+  assert f"({medians[1]:.2f}x over the five steadier rounds)" in flat
+  assert medians[1] < 3 and "The goal of 3x is not reached on this machine." in flat
+  ops = _result("outer_step_ops_quickstart.json")
+  seconds, calls = ops["op_seconds_per_sample"], ops["op_calls_per_sample"]
+  total, wall = sum(seconds.values()), ops["wall_seconds_per_sample"]
+  assert ops["num_steps"] == 16 and (ops["inter_op_threads"], ops["intra_op_threads"]) == (2, 1)
+  assert (
+    f"The ops of a sample take {total:.3f} s of thread time against {wall:.3f} s of wall-clock on "
+    f"the two inter-op threads, so the threads are busy {100 * total / (2 * wall):.0f}% of the "
+    "time in ops; the executor's own work around them adds "
+    f"{100 * (ops['executor_seconds_per_sample'] / total - 1):.0f}%."
+  ) in flat
+  runs = sum(calls.values())
+  assert f"{runs:,} op runs per sample (about {round(runs / 16, -1):.0f} per inner step" in flat
+
+  def share(*types):
+    return f"{100 * sum(v for k, v in seconds.items() if any(t in k for t in types)) / total:.0f}%"
+
+  grouped = ("Conv2D", "MatMul", "Mean", "Sum")
+  rest = 100 * sum(v for k, v in seconds.items() if not any(t in k for t in grouped)) / total
+  assert f"(`Conv2DBackpropInput`, `Conv2DBackpropFilter`) | {share('Conv2D')} |" in text
+  assert f"and the learned update) | {rest:.0f}% |" in text
+  mul = f"{100 * seconds['Mul'] / total:.0f}%"
+  assert f"`Mul` alone {mul} in {calls['Mul']:,} runs" in text
+  assert f"the linear layer) | {share('MatMul')} |" in text
+  assert f"batch norm's statistics) | {share('Mean', 'Sum')} |" in text
+  assert "Half of a sample is convolutions" in flat and abs(float(share("Conv2D")[:-1]) - 50) < 5
 
 
 def test_the_quickstart_now_paragraph_is_the_main_job():
@@ -453,6 +518,10 @@ def test_the_quickstart_now_paragraph_is_the_main_job():
   with open(os.path.join(MAIN_JOB, "timeline.json")) as f:
     seconds = json.load(f)["seconds"]
   assert "in about 10 minutes;" in text and round(seconds / 60, -1) == 10
+  ab = _result("outer_step_ab_vs_1d5a8f1_run2.json")["ratio_to_c1d5a8f1"]["now"]
+  assert (
+    f"about twice the outer steps per minute ({ab['median_of_rounds']:.2f}x), not the 3x" in text
+  )
 
 
 def test_the_paper_configuration_table_is_its_two_runs():
@@ -871,6 +940,30 @@ def test_the_benchmark_readmes_result_cells_are_their_files():
   assert (
     f"(load about {run2['load_average'][0]:.0f}) | {run2['median']['before']:.2f} against "
     f"{run2['median']['after']:.2f} outer steps per minute (medians); after / before {per_round}"
+  ) in text
+  p = _result("outer_step_profile_quickstart_closed_form.json")
+  forward, backward = (p["parts_seconds_per_outer_step"][k] for k in PROFILE_ROWS_TRUNCATION)
+  assert (
+    f"| {p['seconds_per_outer_step']:.2f} s: forward {forward:.2f}, backward and ES "
+    f"{backward:.2f}, everything else {p['seconds_per_outer_step'] - forward - backward:.2f} |"
+  ) in text
+  for name in ("outer_step_ab_vs_1d5a8f1.json", "outer_step_ab_vs_1d5a8f1_run2.json"):
+    ab = _result(name)
+    per_round = ", ".join(f"{r:.2f}" for r in ab["ratio_to_c1d5a8f1"]["now"]["per_round"])
+    assert (
+      f"(load about {ab['load_average'][0]:.0f}) | {ab['median']['c1d5a8f1']:.1f}"
+      f"{' (1d5a8f1)' if '_run2' not in name else ''} against {ab['median']['now']:.1f}"
+      f"{' (now)' if '_run2' not in name else ''} outer steps per minute (medians); now / "
+      f"1d5a8f1 {per_round} |"
+    ) in text, name
+  ops = _result("outer_step_ops_quickstart.json")
+  seconds = ops["op_seconds_per_sample"]
+  conv = sum(v for k, v in seconds.items() if "Conv2D" in k) / sum(seconds.values())
+  assert (
+    f"one sample at K = {ops['num_steps']}: {sum(seconds.values()):.3f} s of op time, "
+    f"{ops['wall_seconds_per_sample']:.3f} s wall-clock, "
+    f"{sum(ops['op_calls_per_sample'].values()):,} op runs; convolutions {100 * conv:.0f}% of op "
+    "time |"
   ) in text
   final = _result("final_comparison_quickstart.json")
   assert (
