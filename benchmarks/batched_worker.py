@@ -5,12 +5,16 @@ truncation K steps long (LinearCurriculum replaced by FixedLength(K), a horizon 
 reaches): for each B, after one untimed call of each (tracing), interleaved rounds of
   - `separate`: B plain workers (worker_step.Worker, ids 0 ... B - 1), one sample each, in turn;
   - `batched`: one call of a BatchedWorker of the same B workers (distributed/batched_worker.py),
-and the median seconds of each over the rounds, samples per second and their ratio.
+  - `grouped`: the same with group_models, the B tasks' CNNs one grouped network
+    (--variants chooses which run),
+and the median seconds of each over the rounds, samples per second and their ratio to
+`separate`.
 
   python benchmarks/batched_worker.py --gin_file gin/quickstart.gin --num_steps 20 \
     --tasks 1,2,4,8 --output benchmarks/results/batched_worker_quickstart.json
 """
 
+import functools
 import json
 import time
 
@@ -29,6 +33,7 @@ flags.DEFINE_multi_string("gin_bindings", [], "Extra gin bindings.")
 flags.DEFINE_integer("num_steps", 20, "K, the truncation length of every sample.")
 flags.DEFINE_list("tasks", ["1", "2", "4", "8"], "Values of B, the tasks per call.")
 flags.DEFINE_integer("rounds", 3, "Timed rounds per B (the median is kept).")
+flags.DEFINE_list("variants", ["separate", "batched"], "Of separate, batched, grouped.")
 flags.DEFINE_string("output", None, "Optional JSON file for the results.")
 
 
@@ -53,29 +58,35 @@ def measure(setup: outer_training.OuterTraining, num_tasks: int) -> dict:
   theta = setup.lopt.init(setup.seed)
   separate = workers()
   separate_states = [w.initial_state() for w in separate]
-  batched = batched_worker.BatchedWorker(workers())
-  batched_state = batched.initial_state()
+  batched = {
+    "batched": batched_worker.BatchedWorker(workers()),
+    "grouped": batched_worker.BatchedWorker(workers(), group_models=True),
+  }
+  batched_states = {name: w.initial_state() for name, w in batched.items()}
 
   def run_separate():
     for i, w in enumerate(separate):
       _, separate_states[i] = w.step(theta, 0, separate_states[i])
 
-  def run_batched():
-    nonlocal batched_state
-    _, batched_state = batched.step(theta, 0, batched_state)
+  def run_batched(name):
+    _, batched_states[name] = batched[name].step(theta, 0, batched_states[name])
 
-  times = {"separate": [], "batched": []}
-  for name, fn in (("separate", run_separate), ("batched", run_batched)):
+  calls = {
+    name: run_separate if name == "separate" else functools.partial(run_batched, name)
+    for name in FLAGS.variants
+  }
+  times = {name: [] for name in calls}
+  for name, fn in calls.items():
     start = time.time()
     fn()  # Starts the tasks and traces.
     times[f"{name}_first_call_seconds"] = time.time() - start
   for _ in range(FLAGS.rounds):
-    for name, fn in (("separate", run_separate), ("batched", run_batched)):
+    for name, fn in calls.items():
       start = time.time()
       fn()
       times[name].append(time.time() - start)
   result = {"tasks": num_tasks}
-  for name in ("separate", "batched"):
+  for name in calls:
     seconds = float(np.median(times[name]))
     result[name] = {
       "first_call_seconds": times[f"{name}_first_call_seconds"],
@@ -83,9 +94,10 @@ def measure(setup: outer_training.OuterTraining, num_tasks: int) -> dict:
       "all_seconds": times[name],
       "samples_per_second": num_tasks / seconds,
     }
-  result["batched_over_separate_samples_per_second"] = (
-    result["batched"]["samples_per_second"] / result["separate"]["samples_per_second"]
-  )
+  for name in set(calls) - {"separate"}:
+    result[f"{name}_over_separate_samples_per_second"] = (
+      result[name]["samples_per_second"] / result["separate"]["samples_per_second"]
+    )
   print(json.dumps(result), flush=True)
   return result
 
@@ -100,6 +112,7 @@ def main(argv):
     "gin_bindings": FLAGS.gin_bindings,
     "num_steps": FLAGS.num_steps,
     "rounds": FLAGS.rounds,
+    "variants": FLAGS.variants,
     "estimator": setup.estimator,
     "threads": gin.query_parameter("configure_threads.intra_op_threads"),
     "measurements": [measure(setup, int(b)) for b in FLAGS.tasks],

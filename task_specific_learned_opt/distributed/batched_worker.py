@@ -16,6 +16,7 @@ worker's own: they are those B separate workers with the same ids would use.
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import gin
 import tensorflow as tf
 
 from task_specific_learned_opt import nests
@@ -30,15 +31,19 @@ class BatchedWorkerState(NamedTuple):
   estimator_state: Any = None  # Of the task batch (LOptBatch's theta copies, BatchState).
 
 
+@gin.configurable(denylist=["workers"])
 class BatchedWorker:
   """Produces B samples per call, one per inner run of its B workers."""
 
-  def __init__(self, workers: Sequence[worker_step.Worker]):
+  def __init__(self, workers: Sequence[worker_step.Worker], group_models: bool = False):
     """Makes the worker.
 
     Args:
       workers: the B workers; they must share their family, learned optimizer, estimator and
         settings (sigma, objective, horizon, schedule, recomputation), and differ in worker id.
+      group_models: run the B tasks' convolutional networks as one network of B groups, one
+        grouped convolution per layer (outer/task_batch.TaskBatch); the same samples to float
+        rounding. For families of image classifiers with one ConvNet.
 
     Raises:
       ValueError: no workers, or workers with different settings.
@@ -63,6 +68,7 @@ class BatchedWorker:
     self.lopt = first.lopt
     self.estimator = first.estimator
     self.batch_lopt = task_batch.LOptBatch(first.lopt, self.num_tasks)
+    self.group_models = bool(group_models)
 
   def initial_state(self) -> BatchedWorkerState:
     """The state of workers that have not started: the first step starts their tasks."""
@@ -104,7 +110,9 @@ class BatchedWorker:
       tasks.append(w.task(task_index))
       data_seeds.append(w.data_seed(task_index))
       perturbation_seeds.append(w.perturbation_seed(s))
-    sample_fn = worker_step.compiled_sample(first, task_batch.TaskBatch(tasks), self.num_tasks)
+    sample_fn = worker_step.compiled_sample(
+      first, task_batch.TaskBatch(tasks, self.group_models), self.num_tasks
+    )
     estimate, estimator_state = sample_fn(
       theta,
       state.estimator_state,

@@ -18,8 +18,9 @@ share the truncation length and the inner step (`BatchState.iteration` is the fi
 
 Inside the loop each task's step runs its own ops (its model, its learned update), side by side
 in one graph: the batch saves the per-call and per-iteration overhead of B separate samples and
-lets the executor interleave them, but its kernels are the single task's
-(docs/performance.md measures what that gives).
+lets the executor interleave them, but its kernels are the single task's. With `group_models`
+the B tasks' convolutional networks are one grouped network, one op per layer for all B
+(docs/performance.md measures what each gives).
 """
 
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ from task_specific_learned_opt import nests, random_seeds
 from task_specific_learned_opt.learned_optimizers import base as lopt_base
 from task_specific_learned_opt.optimizers import base as opt_base
 from task_specific_learned_opt.tasks import base as task_base
+from task_specific_learned_opt.tasks import image_task, networks
 
 
 def _rows(seed: random_seeds.SeedLike, num: int) -> list[tf.Tensor]:
@@ -50,20 +52,62 @@ def unstack(nest: Any, num: int) -> list[Any]:
   return [tf.nest.map_structure(lambda x, b=b: x[b], nest) for b in range(num)]
 
 
+def _shared_convnet(tasks: Sequence[task_base.Task]) -> networks.ConvNet:
+  """The ConvNet every task classifies with, the same network, batch size and image shape.
+
+  Raises:
+    ValueError: a task that is not an image classifier with a ConvNet, or tasks that differ.
+  """
+  first = tasks[0]
+  for task in tasks:
+    if not (isinstance(task, image_task.Classifier) and isinstance(task.model, networks.ConvNet)):
+      raise ValueError(
+        f"group_models computes the tasks' convolutional networks as one; task {task.name!r} "
+        "is not an image classifier with a ConvNet. Leave BatchedWorker.group_models False "
+        "for this family."
+      )
+    if (vars(task.model), task.batch_size, task.image_shape) != (
+      vars(first.model),
+      first.batch_size,
+      first.image_shape,
+    ):
+      raise ValueError(
+        f"group_models needs one network, batch size and image shape for all tasks; "
+        f"{task.name!r} differs from {first.name!r}. Leave BatchedWorker.group_models False "
+        "for this family."
+      )
+  return first.model
+
+
 class TaskBatch(task_base.Task):
   """B tasks as one task of B independent inner problems: params, data and batches are tuples of
-  the tasks' own, the loss is [B] and every seed is B seeds [B, 2]."""
+  the tasks' own, the loss is [B] and every seed is B seeds [B, 2].
 
-  def __init__(self, tasks: Sequence[task_base.Task]):
+  With `group_models`, the B tasks' networks (one ConvNet for all) run as one network of B
+  groups (networks.ConvNet.apply_grouped): one grouped convolution, batch norm and ReLU per
+  layer for all B tasks instead of B of each, the same losses and derivatives to float
+  rounding. The learned update stays each task's own.
+  """
+
+  def __init__(self, tasks: Sequence[task_base.Task], group_models: bool = False):
     """Makes the batch.
 
     Args:
       tasks: the B tasks, of one family (a compiled call traced with them serves any B tasks of
         the family with the same trace keys, in the same order).
+      group_models: compute the B tasks' networks as one grouped network (image classifiers
+        with one ConvNet, batch size and image shape).
+
+    Raises:
+      ValueError: `group_models` with tasks whose networks cannot be grouped.
     """
     self.tasks = tuple(tasks)
     self.name = f"{len(self.tasks)} x {self.tasks[0].name}"
-    self.trace_key = tuple(t.trace_key for t in self.tasks)
+    self.group_models = bool(group_models)
+    self.model = _shared_convnet(self.tasks) if self.group_models else None
+    self.trace_key = tuple(t.trace_key for t in self.tasks) + (
+      ("grouped",) if self.group_models else ()
+    )
 
   @property
   def num_tasks(self) -> int:
@@ -77,6 +121,12 @@ class TaskBatch(task_base.Task):
 
   def loss(self, params: tuple, batch: tuple) -> tf.Tensor:
     """[B]: task b's loss of its params on its batch."""
+    if self.group_models:  # Classifier.loss of each task, its network one group of B.
+      logits = self.model.apply_grouped(params, [b["image"] for b in batch])
+      labels = tf.stack([b["label"] for b in batch])
+      return tf.reduce_mean(
+        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits), axis=1
+      )
     return tf.stack([t.loss(p, b) for t, p, b in zip(self.tasks, params, batch, strict=True)])
 
   def batch(self, split: str, seed: random_seeds.SeedLike) -> tuple:
@@ -91,7 +141,9 @@ class TaskBatch(task_base.Task):
 
   def with_data(self, data: tuple) -> "TaskBatch":
     """Task b reading data[b]."""
-    return TaskBatch([t.with_data(d) for t, d in zip(self.tasks, data, strict=True)])
+    return TaskBatch(
+      [t.with_data(d) for t, d in zip(self.tasks, data, strict=True)], self.group_models
+    )
 
 
 class BatchState(NamedTuple):

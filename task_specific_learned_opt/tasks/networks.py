@@ -292,6 +292,41 @@ class ConvNet(Model):
     x = tf.reduce_mean(x, axis=[1, 2])
     return tf.matmul(x, params["linear"]["w"]) + params["linear"]["b"]
 
+  def apply_grouped(self, params: Sequence[dict], inputs: Sequence[tf.Tensor]) -> tf.Tensor:
+    """The logits [M, B, num_classes] of M networks of this shape, each on its own inputs.
+
+    One op per layer for all M: network m's images and channels are group m of a grouped
+    convolution (inputs concatenated on the channel axis, kernels on their output axis, so that
+    TensorFlow infers M groups from the input depth over the kernel's), its biases and
+    batch-norm parameters are the m-th block of the concatenated ones, and batch norm's
+    per-channel statistics are per network. Network m's logits, and their first and second
+    derivatives, are those of `apply(params[m], inputs[m])` to float rounding
+    (tests/tasks/test_networks.py).
+
+    Args:
+      params: M parameter nests of this network.
+      inputs: M image batches [B, H, W, C] of one shape.
+
+    Returns:
+      [M, B, num_classes].
+    """
+    num = len(params)
+    x = tf.concat(list(inputs), axis=-1)
+    for i, stride in enumerate(self.strides):
+      layers = [p[f"conv{i}"] for p in params]
+      kernel = tf.concat([layer["w"] for layer in layers], axis=-1)
+      x = tf.nn.conv2d(x, kernel, strides=stride, padding="SAME")
+      x += tf.concat([layer["b"] for layer in layers], axis=0)
+      if self.batch_norm:
+        scale = tf.concat([layer["scale"] for layer in layers], axis=0)
+        offset = tf.concat([layer["offset"] for layer in layers], axis=0)
+        x = _BATCH_NORMS[self.batch_norm_gradient](x, scale, offset)
+      x = tf.nn.relu(x)
+    x = tf.reshape(tf.reduce_mean(x, axis=[1, 2]), [-1, num, self.channels[-1]])
+    kernel = tf.stack([p["linear"]["w"] for p in params])
+    bias = tf.stack([p["linear"]["b"] for p in params])
+    return tf.einsum("bmc,mck->mbk", x, kernel) + bias[:, None, :]
+
 
 @gin.configurable
 class MLP(Model):

@@ -154,6 +154,58 @@ def test_a_truncation_sample_is_the_same_with_each_batch_norm_gradient():
   assert np.abs(tf.nest.flatten(closed[0])[0]).max() > 0  # g_rp is not trivially zero.
 
 
+@pytest.mark.parametrize("batch_norm", [True, False])
+def test_grouped_networks_are_each_network_alone_with_their_derivatives(batch_norm):
+  model = networks.paper_cnn(channels=4, batch_norm=batch_norm)
+  num = 3
+  params = [model.init([b, 1], [8, 8, 3]) for b in range(num)]
+  # Batch norm's scale and offset away from 1 and 0, so that their derivatives matter.
+  params = [
+    tf.nest.map_structure(lambda x, b=b: x + 0.1 * (b + 1), p) for b, p in enumerate(params)
+  ]
+  inputs = [tf.random.stateless_normal([5, 8, 8, 3], [b, 2]) for b in range(num)]
+  labels = tf.constant([[0, 1, 2, 3, 4]] * num) % model.num_classes
+
+  def derivatives(loss_fn):
+    """The losses, their gradients, and the gradient of the gradients' squared norm (g_rp's
+    path through an inner gradient)."""
+    with tf.GradientTape() as outer:
+      outer.watch(params)
+      with tf.GradientTape() as inner:
+        inner.watch(params)
+        losses = loss_fn()
+      grads = inner.gradient(
+        tf.reduce_sum(losses), params, unconnected_gradients=tf.UnconnectedGradients.ZERO
+      )
+      norm = tf.add_n([tf.reduce_sum(tf.square(g)) for g in tf.nest.flatten(grads)])
+    zero = tf.UnconnectedGradients.ZERO
+    return losses, grads, outer.gradient(norm, params, unconnected_gradients=zero)
+
+  def alone():
+    return tf.stack(
+      [
+        tf.reduce_mean(
+          tf.nn.sparse_softmax_cross_entropy_with_logits(labels[b], model.apply(params[b], x))
+        )
+        for b, x in enumerate(inputs)
+      ]
+    )
+
+  def grouped():
+    logits = model.apply_grouped(params, inputs)
+    assert logits.shape == [num, 5, model.num_classes]
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits), axis=1)
+
+  for x, y in zip(
+    tf.nest.flatten(derivatives(grouped)), tf.nest.flatten(derivatives(alone)), strict=True
+  ):
+    scale = max(float(np.max(np.abs(y))), 1e-6)
+    np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=0, atol=1e-6 * scale)
+  # The networks differ, so a grouped network that mixed them would fail above.
+  losses = alone().numpy()
+  assert len(set(np.round(losses, 4))) == num
+
+
 def test_an_unknown_batch_norm_gradient_raises():
   with pytest.raises(ValueError, match="batch_norm_gradient"):
     networks.ConvNet(batch_norm=True, batch_norm_gradient="fused")
