@@ -6,17 +6,21 @@ The inner CNN of B tasks, each with its own weights, computed either
     the B tasks' image patches (9 strided slices of the padded input) with their [9 C, F]
     weights,
 each as the gradient of a loss with respect to the B tasks' weights (the paper's CNN without
-batch norm: 3x3 kernels, strides 2, 2, 1, SAME padding, ReLU). A grouped convolution (the B
-tasks' images side by side on the channel axis, one group per task) would be the natural one op;
-it is tried too, and on CPU TensorFlow computes its forward pass but not its filter gradient
-(`grouped_filter_gradient`: the error, or "ok"). Reports the median seconds of each over the
-timed calls, their ratio, and the largest difference of the two gradients.
+batch norm: 3x3 kernels, strides 2, 2, 1, SAME padding, ReLU), and
+  - `grouped`: a grouped convolution per layer (the B tasks' images side by side on the channel
+    axis, one group per task, as networks.ConvNet.apply_grouped computes them),
+where TensorFlow gives a grouped convolution's gradient on CPU: with oneDNN's kernels (its
+default on x86), not with Eigen's (TF_ENABLE_ONEDNN_OPTS=0), which answer that grouped gradients
+are not supported on CPU (`grouped_filter_gradient`: the error, or "ok"; `onednn`: the setting).
+Reports the median seconds of each over the timed calls, their ratios to `separate`, and the
+largest difference of each gradient from `separate`'s.
 
   python benchmarks/batched_convolution.py --tasks 8 --output \
     benchmarks/results/batched_convolution_cpu.json
 """
 
 import json
+import os
 import time
 
 import numpy as np
@@ -71,6 +75,14 @@ def _grouped_filter_gradient(images: list[tf.Tensor], weights: list[list[tf.Tens
   return "ok"
 
 
+def _grouped_loss(x: tf.Tensor, weights: list[tf.Tensor], num_tasks: int) -> tf.Tensor:
+  """The B tasks' summed losses, x [N, H, W, B * 3] and weights [3, 3, C, B * F] grouped."""
+  for w, s in zip(weights, STRIDES, strict=True):
+    x = tf.nn.relu(tf.nn.conv2d(x, w, s, "SAME"))
+  x = tf.reshape(x, [*x.shape[:3], num_tasks, -1])
+  return tf.reduce_sum(tf.reduce_mean(tf.square(x), axis=[0, 1, 2, 4]))
+
+
 def main(argv):
   del argv
   tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
@@ -103,6 +115,13 @@ def main(argv):
       loss = tf.reduce_sum(tf.reduce_mean(tf.square(x), axis=[1, 2, 3, 4]))
     return tape.gradient(loss, weights)
 
+  @tf.function
+  def grouped(images, weights):
+    with tf.GradientTape() as tape:
+      tape.watch(weights)
+      loss = _grouped_loss(images, weights, b)
+    return tape.gradient(loss, weights)
+
   stacked_images = tf.stack(images)
   stacked_weights = [tf.stack([w[layer] for w in weights]) for layer in range(3)]
   results = {
@@ -112,6 +131,7 @@ def main(argv):
     "channels": f,
     "intra_op_threads": FLAGS.intra_op_threads,
     "repeats": FLAGS.repeats,
+    "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on)"),
   }
   calls = {
     "separate": lambda: separate(images, weights),
@@ -133,6 +153,24 @@ def main(argv):
     for layer in range(3)
   )
   results["grouped_filter_gradient"] = _grouped_filter_gradient(images, weights)
+  if results["grouped_filter_gradient"] == "ok":
+    grouped_images = tf.concat(images, axis=-1)
+    grouped_weights = [tf.concat([w[layer] for w in weights], axis=-1) for layer in range(3)]
+    call = lambda: grouped(grouped_images, grouped_weights)  # noqa: E731
+    call()  # Trace.
+    times = []
+    for _ in range(FLAGS.repeats):
+      start = time.time()
+      tf.nest.map_structure(lambda t: t.numpy(), call())
+      times.append(time.time() - start)
+    results["grouped_seconds"] = float(np.median(times))
+    results["grouped_over_separate_time"] = results["grouped_seconds"] / results["separate_seconds"]
+    f = FLAGS.channels
+    results["grouped_max_gradient_difference"] = max(
+      float(tf.reduce_max(tf.abs(one[t][layer] - call()[layer][..., t * f : (t + 1) * f])))
+      for t in range(b)
+      for layer in range(3)
+    )
   print(json.dumps(results))
   if FLAGS.output:
     files.write_json(FLAGS.output, results, indent=2)

@@ -358,10 +358,55 @@ def test_the_task_batch_tables_are_their_benchmarks():
       f"{m['vectorized_over_separate_time']:.2f} | {m['max_relative_difference']:.1e} |"
     )
     assert row in text, row
-  convolution = _benchmark("batched_convolution_cpu.json")
   flat = re.sub(r"\s+", " ", text)
-  assert f"takes {convolution['batched_over_separate_time']:.1f}x the time" in flat
-  assert "not supported on CPU" in convolution["grouped_filter_gradient"]
+  grouped = _benchmark("batched_worker_grouped_quickstart.json")
+  assert grouped["variants"] == ["separate", "batched", "grouped"] and grouped["rounds"] == 7
+  assert f"K = {grouped['num_steps']}, B plain workers" in flat
+  for m in grouped["measurements"]:
+    row = (
+      f"| {m['tasks']} | {m['separate']['samples_per_second']:.3f} | "
+      f"{m['batched']['samples_per_second']:.3f} | {m['grouped']['samples_per_second']:.3f} | "
+      f"{m['batched_over_separate_samples_per_second']:.2f} | "
+      f"{m['grouped_over_separate_samples_per_second']:.2f} | "
+      f"{m['batched']['first_call_seconds']:.0f} s / {m['grouped']['first_call_seconds']:.0f} s |"
+    )
+    assert row in text, row
+  gains = [
+    m["grouped_over_separate_samples_per_second"]
+    for m in grouped["measurements"]
+    if m["tasks"] >= 2
+  ]
+  assert (
+    min(gains) > 1
+    and (
+      f"The grouped network gives {min(gains):.2f}-{max(gains):.2f}x the samples per second of B "
+      "workers from B = 2"
+    )
+    in flat
+  )
+  with open(os.path.join(testing_utils.REPO, "docs", "outer_training.md")) as f:
+    outer_training = re.sub(r"\s+", " ", f.read())
+  assert f"{min(gains):.2f}-{max(gains):.2f}x the samples per second of B workers" in outer_training
+  run1 = _benchmark("batched_worker_grouped_quickstart_run1.json")["measurements"]
+  assert (
+    "gave grouped / plain "
+    + ", ".join(f"{m['grouped_over_separate_samples_per_second']:.2f}" for m in run1)
+    + " and batched / plain "
+    + ", ".join(f"{m['batched_over_separate_samples_per_second']:.2f}" for m in run1)
+    + " for B = 1, 2, 4, 8"
+  ) in flat
+  convolution = _benchmark("batched_convolution_cpu.json")
+  assert convolution["onednn"] == "default (on)" and convolution["grouped_filter_gradient"] == "ok"
+  assert (
+    f"takes {convolution['batched_over_separate_time']:.1f}x the time of the B tasks' own "
+    f"`tf.nn.conv2d` ops, with the same gradients (largest difference "
+    f"{convolution['max_gradient_difference']:.1e}); the grouped convolution takes "
+    f"{convolution['grouped_over_separate_time']:.2f}x (largest difference "
+    f"{convolution['grouped_max_gradient_difference']:.1e})"
+  ) in flat
+  eigen = _benchmark("batched_convolution_cpu_eigen.json")
+  assert eigen["onednn"] == "0" and "not supported on CPU" in eigen["grouped_filter_gradient"]
+  assert f"the batched matrix products take {eigen['batched_over_separate_time']:.1f}x." in flat
 
 
 def test_the_readmes_task_batch_row_is_its_benchmarks(table):
@@ -372,7 +417,17 @@ def test_the_readmes_task_batch_row_is_its_benchmarks(table):
   ]
   assert ", ".join(f"{r:.2f}x" for r in ratios) + " for B = 1, 2, 4, 8" in row
   convolution = _benchmark("batched_convolution_cpu.json")
-  assert f"batched matmuls, {convolution['batched_over_separate_time']:.1f}x" in row
+  assert f"batched matmuls {convolution['batched_over_separate_time']:.1f}x" in row
+  assert "1.25x slower" in row and f"{convolution['grouped_over_separate_time']:.2f}" == "1.25"
+  grouped = [
+    m["grouped_over_separate_samples_per_second"]
+    for m in _benchmark("batched_worker_grouped_quickstart.json")["measurements"]
+  ]
+  assert (
+    "`BatchedWorker.group_models = True`: "
+    + ", ".join(f"{r:.2f}x" for r in grouped)
+    + " for B = 1, 2, 4, 8"
+  ) in row
 
 
 def test_the_relative_step_caps_probe_in_the_docs_is_its_summaries():

@@ -555,6 +555,9 @@ def test_the_batched_workers_first_calls_are_its_benchmark():
       f"{m['batched_over_separate_samples_per_second']:.2f} | "
       f"{m['batched']['first_call_seconds']:.0f} s |"
     ) in text, m["tasks"]
+  grouped = _result("batched_worker_grouped_quickstart.json")
+  assert grouped["num_steps"] == batched["num_steps"]
+  assert f"(median of {grouped['rounds']} interleaved rounds, idle machine" in _flat(text)
 
 
 def test_the_paper_scale_costs_measured_and_machine_hour_cells():
@@ -965,6 +968,32 @@ def test_the_benchmark_readmes_result_cells_are_their_files():
     f"{sum(ops['op_calls_per_sample'].values()):,} op runs; convolutions {100 * conv:.0f}% of op "
     "time |"
   ) in text
+
+  def ratios(name, key):
+    return ", ".join(f"{m[key]:.2f}" for m in _result(name)["measurements"])
+
+  grouped = "grouped_over_separate_samples_per_second"
+  assert f"grouped / plain {ratios('batched_worker_grouped_quickstart.json', grouped)} for" in text
+  assert (
+    f"| grouped / plain {ratios('batched_worker_grouped_quickstart_run1.json', grouped)} |"
+    in (text)
+  )
+  batched = ratios("batched_worker_quickstart.json", "batched_over_separate_samples_per_second")
+  assert f"| batched / plain {batched} |" in text
+  convolution, eigen = (_result(f"batched_convolution_cpu{s}.json") for s in ("", "_eigen"))
+  assert (
+    f"batched matmuls {convolution['batched_over_separate_time']:.1f}x, grouped "
+    f"{convolution['grouped_over_separate_time']:.2f}x the time of the tasks' own |"
+  ) in text
+  assert (
+    f"no grouped gradient on CPU; batched matmuls {eigen['batched_over_separate_time']:.1f}x |"
+    in (text)
+  )
+  vectorized = ratios("vectorized_samples_quickstart.json", "vectorized_over_separate_time")
+  assert (
+    "separate samples for B = 1, 2, 4 |" in text
+    and f"map` of a whole sample: {vectorized} of" in text
+  )
   final = _result("final_comparison_quickstart.json")
   assert (
     f"on {final['num_tasks']} of its tasks: {final['median_seconds']['1']:.0f} s with its runs one "

@@ -28,6 +28,7 @@ from task_specific_learned_opt import (
 from task_specific_learned_opt.cli import configurables  # noqa: F401
 from task_specific_learned_opt.distributed import (
   chief_files,
+  cluster,
   in_process,
   local,
   loops,
@@ -574,3 +575,18 @@ def test_a_checkpoint_without_worker_states_resumes_with_new_workers(tmp_path):
   assert not any(r["num_duplicate"] for r in records)
   resumed = nests.flatten(_theta(tmp_path))
   assert any(not np.array_equal(a, b) for a, b in zip(theta, resumed, strict=True))
+
+
+def test_group_models_reaches_every_batched_worker_and_a_family_it_cannot_group_is_refused():
+  # The binding reaches local mode's batched workers and bin/worker's (cluster.make_worker).
+  gin.bind_parameter("BatchedWorker.group_models", True)
+  _bind_small()
+  setup = outer_training.outer_training(family=FAMILY, lopt=LOPT, num_outer_steps=1)
+  transport = in_process.InProcessTransport()
+  batched = [loop.worker for loop in local._worker_loops(setup, 2, transport, 2)]
+  batched.append(cluster.make_worker(setup, 0, 0, tasks_per_worker=2))
+  assert [w.group_models for w in batched] == [True] * 3
+  # Quadratics have no networks to group: the first step says so and names the binding.
+  worker = batched[0]
+  with pytest.raises(ValueError, match="Leave BatchedWorker.group_models False"):
+    worker.step(LOPT.init(0), 0, worker.initial_state())
