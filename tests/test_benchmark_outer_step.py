@@ -1,5 +1,6 @@
-"""benchmarks/outer_step.py's one-process modes run on the current package and say what they
-measure: the op profile's op times lie inside the executor's, and its convolutions are there."""
+"""benchmarks/outer_step.py's op profile runs on the current package (it builds the truncation
+as the profile mode splits it, `_truncation_fns`) and says what it measures: the op times lie
+inside the executor's, and the CNN's convolutions are there."""
 
 import json
 import os
@@ -40,18 +41,3 @@ def test_the_op_profile_sums_the_ops_of_one_sample_inside_the_executors_time(tmp
   assert any("Conv2DBackpropInput" in name for name in seconds)
   assert 0 < sum(seconds.values()) <= result["executor_seconds_per_sample"]
   assert result["wall_seconds_per_sample"] > 0
-
-
-def test_the_profile_mode_splits_the_truncation_it_ran(tmp_path):
-  result = _run(tmp_path, "--mode=profile", "--steps=4", "--warm_steps=1", "--repeats=1")
-  split = result["split_truncation_seconds"]
-  assert split["num_steps"] == round(result["mean_num_steps"])
-  assert set(split) == {
-    "num_steps",
-    "one_unroll_forward",
-    "pair_forward",
-    "whole_sample",
-    "es_estimate",
-  }
-  assert result["samples_per_outer_step"] == 2
-  assert result["truncation_traces"] >= 1
