@@ -477,6 +477,45 @@ def test_the_against_1d5a8f1_section_is_its_two_runs_and_the_op_profile():
   assert "Half of a sample is convolutions" in flat and abs(float(share("Conv2D")[:-1]) - 50) < 5
 
 
+def test_the_grouped_task_batch_in_local_mode_is_its_ab_runs():
+  text = _flat(_doc("docs", "performance.md"))
+  ab = _result("outer_step_ab_grouped_quickstart.json")
+  medians = ab["median"]
+  ratios = ab["ratio_to_workers_8"]
+  assert (
+    ab["steps"] == 20 and ab["warm_steps"] == 4 and len(ratios["grouped_4x2"]["per_round"]) == 3
+  )
+  assert ab["variants"]["grouped_4x2"]["bindings"] == [
+    "train_local.num_workers = 4",
+    "train_local.tasks_per_worker = 2",
+    "BatchedWorker.group_models = True",
+  ]
+  assert (
+    f"{medians['workers_8']:.1f} (8 workers), {medians['batched_4x2']:.1f} (4 x 2) and "
+    f"{medians['grouped_4x2']:.1f} (4 x 2 grouped) outer steps per minute (medians); 4 x 2 / 8 "
+    "workers "
+    + ", ".join(f"{x:.2f}" for x in ratios["batched_4x2"]["per_round"])
+    + ", grouped / 8 workers "
+    + ", ".join(f"{x:.2f}" for x in ratios["grouped_4x2"]["per_round"])
+  ) in text
+  runs = [
+    _result(f"outer_step_ab_grouped_vs_1d5a8f1{s}.json")["ratio_to_c1d5a8f1"]["grouped_4x2"]
+    for s in ("", "_run2")
+  ]
+  assert [len(r["per_round"]) for r in runs] == [3, 5]
+  per_round = [", ".join(f"{x:.2f}" for x in r["per_round"]) for r in runs]
+  assert (
+    f"now / 1d5a8f1 {per_round[0]} (3 rounds, "
+    "[outer_step_ab_grouped_vs_1d5a8f1.json](../benchmarks/results/"
+    f"outer_step_ab_grouped_vs_1d5a8f1.json)) and {per_round[1]} (5 rounds right after,"
+  ) in text
+  medians = [r["median_of_rounds"] for r in runs]
+  assert (
+    f"medians {medians[0]:.2f} and {medians[1]:.2f}: more than twice, still short of 3x" in text
+  )
+  assert 2 < min(medians) and max(medians) < 3
+
+
 def test_the_quickstart_now_paragraph_is_the_main_job():
   text = _flat(_section(_doc("docs", "performance.md"), "## The quickstart now", "## The paper's"))
   progress = files.read_jsonl(os.path.join(MAIN_JOB, "progress.jsonl"))
@@ -968,6 +1007,26 @@ def test_the_benchmark_readmes_result_cells_are_their_files():
     f"{sum(ops['op_calls_per_sample'].values()):,} op runs; convolutions {100 * conv:.0f}% of op "
     "time |"
   ) in text
+
+  ab = _result("outer_step_ab_grouped_quickstart.json")
+  grouped_rounds = ", ".join(
+    f"{x:.2f}" for x in ab["ratio_to_workers_8"]["grouped_4x2"]["per_round"]
+  )
+  assert (
+    f"(load about {ab['load_average'][0]:.0f}) | {ab['median']['workers_8']:.1f} (8 workers), "
+    f"{ab['median']['batched_4x2']:.1f} (4 x 2), {ab['median']['grouped_4x2']:.1f} (4 x 2 "
+    f"grouped) outer steps per minute (medians); grouped / 8 workers {grouped_rounds} |"
+  ) in text
+  against = [
+    ", ".join(
+      f"{x:.2f}"
+      for x in _result(f"outer_step_ab_grouped_vs_1d5a8f1{s}.json")["ratio_to_c1d5a8f1"][
+        "grouped_4x2"
+      ]["per_round"]
+    )
+    for s in ("", "_run2")
+  ]
+  assert f"| grouped / 1d5a8f1 {against[0]}; then {against[1]} |" in text
 
   def ratios(name, key):
     return ", ".join(f"{m[key]:.2f}" for m in _result(name)["measurements"])
