@@ -1037,6 +1037,12 @@ def test_the_benchmark_readmes_result_cells_are_their_files():
     f"| grouped / plain {ratios('batched_worker_grouped_quickstart_run1.json', grouped)} |"
     in (text)
   )
+  (paper,) = _result("batched_worker_grouped_paper.json")["measurements"]
+  assert (
+    f"the paper's size: {paper['separate']['samples_per_second']:.3f} samples/s for 8 plain "
+    f"workers, {paper['grouped']['samples_per_second']:.3f} grouped "
+    f"({paper['grouped_over_separate_samples_per_second']:.2f}x) |"
+  ) in text
   batched = ratios("batched_worker_quickstart.json", "batched_over_separate_samples_per_second")
   assert f"| batched / plain {batched} |" in text
   convolution, eigen = (_result(f"batched_convolution_cpu{s}.json") for s in ("", "_eigen"))

@@ -43,7 +43,9 @@ class BatchedWorker:
         settings (sigma, objective, horizon, schedule, recomputation), and differ in worker id.
       group_models: run the B tasks' convolutional networks as one network of B groups, one
         grouped convolution per layer (outer/task_batch.TaskBatch); the same samples to float
-        rounding. For families of image classifiers with one ConvNet.
+        rounding. For families of image classifiers with one ConvNet. On CPU it is faster for
+        small networks only (the quickstart's), slower at the paper's size
+        (docs/performance.md).
 
     Raises:
       ValueError: no workers, or workers with different settings.
