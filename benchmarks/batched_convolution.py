@@ -75,6 +75,17 @@ def _grouped_filter_gradient(images: list[tf.Tensor], weights: list[list[tf.Tens
   return "ok"
 
 
+def _median_seconds(call) -> float:
+  """The median seconds of FLAGS.repeats calls of `call`, after one untimed call (the trace)."""
+  call()
+  times = []
+  for _ in range(FLAGS.repeats):
+    start = time.time()
+    tf.nest.map_structure(lambda t: t.numpy(), call())
+    times.append(time.time() - start)
+  return float(np.median(times))
+
+
 def _grouped_loss(x: tf.Tensor, weights: list[tf.Tensor], num_tasks: int) -> tf.Tensor:
   """The B tasks' summed losses, x [N, H, W, B * 3] and weights [3, 3, C, B * F] grouped."""
   for w, s in zip(weights, STRIDES, strict=True):
@@ -138,13 +149,7 @@ def main(argv):
     "batched": lambda: batched(stacked_images, stacked_weights),
   }
   for name, call in calls.items():
-    call()  # Trace.
-    times = []
-    for _ in range(FLAGS.repeats):
-      start = time.time()
-      tf.nest.map_structure(lambda t: t.numpy(), call())
-      times.append(time.time() - start)
-    results[f"{name}_seconds"] = float(np.median(times))
+    results[f"{name}_seconds"] = _median_seconds(call)
   results["batched_over_separate_time"] = results["batched_seconds"] / results["separate_seconds"]
   one, together = calls["separate"](), calls["batched"]()
   results["max_gradient_difference"] = max(
@@ -156,18 +161,11 @@ def main(argv):
   if results["grouped_filter_gradient"] == "ok":
     grouped_images = tf.concat(images, axis=-1)
     grouped_weights = [tf.concat([w[layer] for w in weights], axis=-1) for layer in range(3)]
-    call = lambda: grouped(grouped_images, grouped_weights)  # noqa: E731
-    call()  # Trace.
-    times = []
-    for _ in range(FLAGS.repeats):
-      start = time.time()
-      tf.nest.map_structure(lambda t: t.numpy(), call())
-      times.append(time.time() - start)
-    results["grouped_seconds"] = float(np.median(times))
+    results["grouped_seconds"] = _median_seconds(lambda: grouped(grouped_images, grouped_weights))
     results["grouped_over_separate_time"] = results["grouped_seconds"] / results["separate_seconds"]
-    f = FLAGS.channels
+    f, grads = FLAGS.channels, grouped(grouped_images, grouped_weights)
     results["grouped_max_gradient_difference"] = max(
-      float(tf.reduce_max(tf.abs(one[t][layer] - call()[layer][..., t * f : (t + 1) * f])))
+      float(tf.reduce_max(tf.abs(one[t][layer] - grads[layer][..., t * f : (t + 1) * f])))
       for t in range(b)
       for layer in range(3)
     )

@@ -256,8 +256,9 @@ def _op_seconds(logdir: str) -> tuple[dict, dict, float]:
         if name == "ExecutorState::Process":
           executor += event.duration_ps * 1e-12
         elif ":" in name and "::" not in name:
-          seconds[name.rsplit(":", 1)[1]] += event.duration_ps * 1e-12
-          calls[name.rsplit(":", 1)[1]] += 1
+          op_type = name.rsplit(":", 1)[1]
+          seconds[op_type] += event.duration_ps * 1e-12
+          calls[op_type] += 1
   return dict(seconds), dict(calls), executor
 
 
