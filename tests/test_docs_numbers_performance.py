@@ -1080,3 +1080,103 @@ def test_a_theta_snapshots_size_is_a_shipped_exports():
   assert 1_000 < min(sizes) and max(sizes) < 10_000
   text = _flat(_doc("docs", "outer_training.md"))
   assert "(kept; a few KB each)" in text and "(a few KB each, all kept;" in text
+
+
+def test_how_fast_the_convolutions_run_is_its_two_runs_and_the_op_profile():
+  text = _section(
+    _doc("docs", "performance.md"), "### How fast the convolutions run", "## The quickstart now"
+  )
+  flat = _flat(text)
+  quick, paper = (_result(f"convolution_rate_{s}.json") for s in ("quickstart", "paper"))
+  assert (quick["batch_size"], quick["channels"], quick["rounds"]) == (32, 16, 5)
+  assert (paper["batch_size"], paper["channels"]) == (128, 32)
+  assert f"which reaches {quick['square_gflops_per_second']:.0f} GFLOP/s on one core" in flat
+  layers = quick["layers"]
+  for i, layer in enumerate(layers):
+    out = (layer["size"] + layer["stride"] - 1) // layer["stride"]
+    assert layer["flops_per_call"] == 2 * 32 * out**2 * 9 * layer["in_channels"] * 16
+
+    def cell(kernel, layer=layer):
+      return f"{layer['microseconds'][kernel]:.0f} µs, {layer['fraction_of_gemm'][kernel]:.2f}"
+
+    assert (
+      f"| {i + 1} ({layer['size']}x{layer['size']}x{layer['in_channels']}, {layer['stride']}) | "
+      f"{cell('forward')} | {cell('input_gradient')}{' (not run in a sample)' if i == 0 else ''} "
+      f"| {cell('filter_gradient')} | {layer['microseconds']['gemm']:.0f} µs "
+      f"({layer['fraction_of_square']['gemm']:.2f}) |"
+    ) in text, i
+  # Kernels per unroll step and layer (layer 1's input needs no gradient), and per sample of
+  # 2 K unroll steps and the last loss of both unrolls: the op profile's counts.
+  forward, filters, inputs = (2, 3, 3), (2, 3, 3), (0, 3, 3)
+  ops = _result("outer_step_ops_quickstart.json")
+  calls, k = ops["op_calls_per_sample"], ops["num_steps"]
+  assert calls["_MklNativeConv2D"] + calls["_MklNativeFusedConv2D"] == 2 * k * 8 + 6
+  assert calls["_MklNativeConv2DBackpropFilter"] == 2 * k * 8 + 6
+  assert calls["_MklNativeConv2DBackpropInput"] == 2 * k * 6 + 4
+
+  def us(i, kernel):
+    return layers[i]["microseconds"][kernel]
+
+  step = sum(
+    forward[i] * us(i, "forward")
+    + filters[i] * us(i, "filter_gradient")
+    + inputs[i] * us(i, "input_gradient")
+    for i in range(3)
+  )
+  last = 2 * sum(
+    us(i, "forward") + us(i, "filter_gradient") + (us(i, "input_gradient") if i else 0)
+    for i in range(3)
+  )
+  sample = (2 * k * step + last) / 1000
+  seconds = ops["op_seconds_per_sample"]
+  profile = 1000 * sum(v for name, v in seconds.items() if "Conv2D" in name)
+  total = 1000 * sum(seconds.values())
+  flops = [layer["flops_per_call"] for layer in layers]
+  step_flops = sum((forward[i] + filters[i] + inputs[i]) * flops[i] for i in range(3))
+  last_flops = 2 * sum((3 if i else 2) * flops[i] for i in range(3))
+  ideal = 1000 * (2 * k * step_flops + last_flops) / (quick["square_gflops_per_second"] * 1e9)
+  assert (
+    f"that is {step / 1000:.1f} ms per unroll step and {sample:.0f} ms per sample, against the "
+    f"profile's {profile:.0f} ms of convolution time. Their {step_flops / 1e6:.0f} MFLOP per "
+    f"unroll step at the 512x512 product's rate would take {ideal:.0f} ms per sample"
+  ) in flat
+  assert abs(sample / profile - 1) < 0.1  # The kernels' timings account for the profile's.
+  assert (
+    f"would save at most {sample - ideal:.0f} ms of the sample's {total:.0f} ms of op time "
+    f"({100 * (sample - ideal) / total:.0f}%), making it at most "
+    f"{total / (total - sample + ideal):.2f}x shorter."
+  ) in flat
+  run2 = np.median(
+    _result("outer_step_ab_vs_1d5a8f1_run2.json")["ratio_to_c1d5a8f1"]["now"]["per_round"]
+  )
+  assert f"needs a sample {3 / run2:.2f}x faster (3 / {run2:.2f})" in flat
+  assert total / (total - sample + ideal) < 3 / run2
+  fractions = [
+    paper["layers"][i]["fraction_of_square"][kernel]
+    for i in (1, 2)
+    for kernel in ("forward", "input_gradient", "filter_gradient")
+  ]
+  assert f"3 run at {min(fractions):.2f}-{max(fractions):.2f} of the 512x512 product's rate" in flat
+
+
+def test_the_benchmark_readmes_convolution_rate_rows_are_their_files():
+  text = _doc("benchmarks", "README.md")
+  for name, label in (("quickstart", "of a matrix product of their shape"), ("paper", None)):
+    result = _result(f"convolution_rate_{name}.json")
+
+    def span(key, result=result):
+      values = [
+        result["layers"][i][key][kernel]
+        for i in (1, 2)
+        for kernel in ("forward", "input_gradient", "filter_gradient")
+      ]
+      return f"{min(values):.2f}-{max(values):.2f}"
+
+    (row,) = [r for r in text.splitlines() if r.startswith(f"| `results/convolution_rate_{name}")]
+    assert f"layers 2 and 3: {span('fraction_of_gemm')} of " in row, name
+    assert (
+      f"{span('fraction_of_square')} of a 512x512 product's" in row
+      or f"{span('fraction_of_square')} of the 512x512 product's" in row
+    ), name
+    assert f"({result['square_gflops_per_second']:.0f} GFLOP/s" in row, name
+    assert label is None or label in row
