@@ -5,7 +5,9 @@ truncation K steps long (LinearCurriculum replaced by FixedLength(K), a horizon 
 reaches): for each B, after one untimed call of each (tracing), interleaved rounds of
   - `separate`: B plain workers (worker_step.Worker, ids 0 ... B - 1), one sample each, in turn;
   - `batched`: one call of a BatchedWorker of the same B workers (distributed/batched_worker.py),
-  - `grouped`: the same with group_models, the B tasks' CNNs one grouped network
+  - `grouped`: the same with group_models, the B tasks' CNNs one grouped network,
+  - `vectorized`, `grouped_vectorized`: `batched` and `grouped` with vectorize_updates, the B
+    tasks' learned updates one vectorised computation
     (--variants chooses which run),
 and the median seconds of each over the rounds, samples per second and their ratio to
 `separate`.
@@ -33,7 +35,11 @@ flags.DEFINE_multi_string("gin_bindings", [], "Extra gin bindings.")
 flags.DEFINE_integer("num_steps", 20, "K, the truncation length of every sample.")
 flags.DEFINE_list("tasks", ["1", "2", "4", "8"], "Values of B, the tasks per call.")
 flags.DEFINE_integer("rounds", 3, "Timed rounds per B (the median is kept).")
-flags.DEFINE_list("variants", ["separate", "batched"], "Of separate, batched, grouped.")
+flags.DEFINE_list(
+  "variants",
+  ["separate", "batched"],
+  "Of separate, batched, grouped, vectorized, grouped_vectorized.",
+)
 flags.DEFINE_string("output", None, "Optional JSON file for the results.")
 
 
@@ -58,9 +64,16 @@ def measure(setup: outer_training.OuterTraining, num_tasks: int) -> dict:
   theta = setup.lopt.init(setup.seed)
   separate = workers()
   separate_states = [w.initial_state() for w in separate]
+  options = {
+    "batched": {},
+    "grouped": {"group_models": True},
+    "vectorized": {"vectorize_updates": True},
+    "grouped_vectorized": {"group_models": True, "vectorize_updates": True},
+  }
   batched = {
-    "batched": batched_worker.BatchedWorker(workers()),
-    "grouped": batched_worker.BatchedWorker(workers(), group_models=True),
+    name: batched_worker.BatchedWorker(workers(), **options[name])
+    for name in FLAGS.variants
+    if name != "separate"
   }
   batched_states = {name: w.initial_state() for name, w in batched.items()}
 

@@ -35,7 +35,12 @@ class BatchedWorkerState(NamedTuple):
 class BatchedWorker:
   """Produces B samples per call, one per inner run of its B workers."""
 
-  def __init__(self, workers: Sequence[worker_step.Worker], group_models: bool = False):
+  def __init__(
+    self,
+    workers: Sequence[worker_step.Worker],
+    group_models: bool = False,
+    vectorize_updates: bool = False,
+  ):
     """Makes the worker.
 
     Args:
@@ -46,6 +51,11 @@ class BatchedWorker:
         rounding. For families of image classifiers with one ConvNet. On CPU it is faster for
         small networks only (the quickstart's), slower at the paper's size
         (docs/performance.md).
+      vectorize_updates: compute the B tasks' learned updates of each inner step as one
+        vectorised computation (tf.vectorized_map; outer/task_batch.LOptBatch) instead of B
+        side by side; the same samples to float rounding. For tasks of one parameter
+        structure. Meant for GPUs, where B small updates are B times the kernel launches; on
+        CPU it is slower (docs/performance.md).
 
     Raises:
       ValueError: no workers, or workers with different settings.
@@ -69,8 +79,8 @@ class BatchedWorker:
     self.worker_id = first.worker_id  # For the logs.
     self.lopt = first.lopt
     self.estimator = first.estimator
-    self.batch_lopt = task_batch.LOptBatch(first.lopt, self.num_tasks)
     self.group_models = bool(group_models)
+    self.vectorize_updates = bool(vectorize_updates)
 
   def initial_state(self) -> BatchedWorkerState:
     """The state of workers that have not started: the first step starts their tasks."""
@@ -113,7 +123,10 @@ class BatchedWorker:
       data_seeds.append(w.data_seed(task_index))
       perturbation_seeds.append(w.perturbation_seed(s))
     sample_fn = worker_step.compiled_sample(
-      first, task_batch.TaskBatch(tasks, self.group_models), self.num_tasks
+      first,
+      task_batch.TaskBatch(tasks, self.group_models),
+      self.num_tasks,
+      self.vectorize_updates,
     )
     estimate, estimator_state = sample_fn(
       theta,

@@ -55,7 +55,10 @@ class WorkerState(NamedTuple):
 
 
 def compiled_sample(
-  worker: "Worker", template: task_base.Task, num_tasks: int | None = None
+  worker: "Worker",
+  template: task_base.Task,
+  num_tasks: int | None = None,
+  vectorize_updates: bool = False,
 ) -> Callable[..., tuple[estimator_base.Sample, Any]]:
   """The worker's estimator's `sample`, compiled once per configuration and shared.
 
@@ -66,6 +69,8 @@ def compiled_sample(
     worker: the worker whose family, learned optimizer, estimator and settings it computes with.
     template: a task of the family (for a task batch, an outer/task_batch.TaskBatch).
     num_tasks: None for one task; B for a task batch, whose theta is B copies of the one given.
+    vectorize_updates: for a task batch, its B learned updates as one vectorised computation
+      (outer/task_batch.LOptBatch).
 
   Returns:
     fn(theta, estimator_state, task_data, num_steps, data_seed, perturbation_seed) -> (sample,
@@ -80,6 +85,7 @@ def compiled_sample(
     worker.recompute,
     id(worker.estimator),
     num_tasks,
+    bool(vectorize_updates),
   )
   with _SAMPLE_FNS_LOCK:  # Local mode may call this from several threads.
     if key not in _SAMPLE_FNS:
@@ -87,7 +93,7 @@ def compiled_sample(
       sigma, objective, recompute = key[3:6]
       loss_shape = () if num_tasks is None else (num_tasks,)
       if num_tasks is not None:
-        lopt = task_batch.LOptBatch(lopt, num_tasks)
+        lopt = task_batch.LOptBatch(lopt, num_tasks, vectorize_updates)
 
       @tf.function(autograph=False, reduce_retracing=True)
       def sample_fn(

@@ -19,7 +19,8 @@ share the truncation length and the inner step (`BatchState.iteration` is the fi
 Inside the loop each task's step runs its own ops (its model, its learned update), side by side
 in one graph: the batch saves the per-call and per-iteration overhead of B separate samples and
 lets the executor interleave them, but its kernels are the single task's. With `group_models`
-the B tasks' convolutional networks are one grouped network, one op per layer for all B
+the B tasks' convolutional networks are one grouped network, one op per layer for all B; with
+`LOptBatch(..., vectorize_updates=True)` the B learned updates are one vectorised computation
 (docs/performance.md measures what each gives).
 """
 
@@ -86,7 +87,8 @@ class TaskBatch(task_base.Task):
   With `group_models`, the B tasks' networks (one ConvNet for all) run as one network of B
   groups (networks.ConvNet.apply_grouped): one grouped convolution, batch norm and ReLU per
   layer for all B tasks instead of B of each, the same losses and derivatives to float
-  rounding. The learned update stays each task's own.
+  rounding. The learned update stays each task's own (LOptBatch's `vectorize_updates` batches
+  it).
   """
 
   def __init__(self, tasks: Sequence[task_base.Task], group_models: bool = False):
@@ -163,17 +165,28 @@ class BatchState(NamedTuple):
 
 
 class _BatchOptimizer(opt_base.Optimizer):
-  """Task b's state is updated by opt_fn(theta copy b)."""
+  """Task b's state is updated by opt_fn(theta copy b): B updates side by side or, given the
+  learned optimizer and the copies, as one computation over the B tasks (tf.vectorized_map of
+  its update over the theta copies, states and gradients stacked on axis 0)."""
 
   name = "task_batch"
 
-  def __init__(self, opts: Sequence[opt_base.Optimizer]):
+  def __init__(
+    self,
+    opts: Sequence[opt_base.Optimizer],
+    lopt: lopt_base.LearnedOptimizer | None = None,
+    theta: nests.Theta | None = None,
+  ):
+    """`lopt` and the B copies `theta` (both or neither): vectorise the update over them."""
     self.opts = tuple(opts)
+    self.lopt, self.theta = lopt, theta
 
   def init(self, params: tuple) -> BatchState:
     return BatchState(tuple(o.init(p) for o, p in zip(self.opts, params, strict=True)))
 
   def update(self, state: BatchState, grads: tuple, loss: tf.Tensor | None = None) -> BatchState:
+    if self.lopt is not None:
+      return self._vectorized_update(state, grads, loss)
     losses = [None] * len(self.opts) if loss is None else tf.unstack(loss)
     return BatchState(
       tuple(
@@ -185,14 +198,64 @@ class _BatchOptimizer(opt_base.Optimizer):
   def get_params(self, state: BatchState) -> tuple:
     return tuple(o.get_params(s) for o, s in zip(self.opts, state.states, strict=True))
 
+  def _vectorized_update(
+    self, state: BatchState, grads: tuple, loss: tf.Tensor | None
+  ) -> BatchState:
+    _check_stackable(state.states)
+    lopt, has_loss = self.lopt, loss is not None
+
+    def update_one(args: tuple) -> Any:
+      theta, task_state, task_grads, task_loss = args
+      return lopt.opt_fn(theta).update(task_state, task_grads, loss=task_loss if has_loss else None)
+
+    new = tf.vectorized_map(  # Task b's loss goes with it, for optimizers that read the loss.
+      update_one,
+      (
+        self.theta,
+        stack(state.states),
+        stack(grads),
+        loss if has_loss else tf.zeros([len(self.opts)]),
+      ),
+      fallback_to_while_loop=False,  # One computation, or an error naming the op.
+    )
+    return BatchState(tuple(unstack(new, len(self.opts))))
+
+
+def _check_stackable(states: Sequence[Any]) -> None:
+  """Raises ValueError naming the binding unless the B states stack into one (one structure,
+  one shape per leaf): the tasks of a vectorised update share one network."""
+  for other in states[1:]:
+    try:
+      tf.nest.assert_same_structure(states[0], other)
+      same = all(
+        x.shape == y.shape
+        for x, y in zip(tf.nest.flatten(states[0]), tf.nest.flatten(other), strict=True)
+      )
+    except (ValueError, TypeError):
+      same = False
+    if not same:
+      raise ValueError(
+        "vectorize_updates computes the B tasks' learned updates as one, which needs one "
+        "parameter structure and shape for all of them; this batch's tasks differ. Leave "
+        "BatchedWorker.vectorize_updates False for this family."
+      )
+
 
 class LOptBatch(lopt_base.LearnedOptimizer):
-  """A learned optimizer of B tasks: theta as B copies ([B, ...] per leaf), copy b for task b."""
+  """A learned optimizer of B tasks: theta as B copies ([B, ...] per leaf), copy b for task b.
 
-  def __init__(self, lopt: lopt_base.LearnedOptimizer, num_tasks: int):
+  With `vectorize_updates` the B tasks' updates of an inner step are one computation
+  (tf.vectorized_map over the copies: one batched op where there were B), for tasks that share
+  one parameter structure; the same states to float rounding (tests/outer/test_task_batch.py).
+  """
+
+  def __init__(
+    self, lopt: lopt_base.LearnedOptimizer, num_tasks: int, vectorize_updates: bool = False
+  ):
     """The learned optimizer `lopt` for a batch of `num_tasks` tasks."""
     self.lopt = lopt
     self.num_tasks = int(num_tasks)
+    self.vectorize_updates = bool(vectorize_updates)
     self.name = f"{self.num_tasks} x {lopt.name}"
 
   def init(self, seed: random_seeds.SeedLike) -> nests.Theta:
@@ -201,7 +264,10 @@ class LOptBatch(lopt_base.LearnedOptimizer):
 
   def opt_fn(self, theta: nests.Theta) -> _BatchOptimizer:
     """The optimizer of the batch's states: task b's by lopt.opt_fn(copy b)."""
-    return _BatchOptimizer([self.lopt.opt_fn(t) for t in unstack(theta, self.num_tasks)])
+    opts = [self.lopt.opt_fn(t) for t in unstack(theta, self.num_tasks)]
+    if self.vectorize_updates:
+      return _BatchOptimizer(opts, self.lopt, theta)
+    return _BatchOptimizer(opts)
 
 
 def copies(theta: nests.Theta, num: int) -> nests.Theta:

@@ -590,3 +590,13 @@ def test_group_models_reaches_every_batched_worker_and_a_family_it_cannot_group_
   worker = batched[0]
   with pytest.raises(ValueError, match="Leave BatchedWorker.group_models False"):
     worker.step(LOPT.init(0), 0, worker.initial_state())
+
+
+def test_vectorize_updates_reaches_every_batched_worker():
+  gin.bind_parameter("BatchedWorker.vectorize_updates", True)
+  _bind_small()
+  setup = outer_training.outer_training(family=FAMILY, lopt=LOPT, num_outer_steps=1)
+  transport = in_process.InProcessTransport()
+  batched = [loop.worker for loop in local._worker_loops(setup, 2, transport, 2)]
+  batched.append(cluster.make_worker(setup, 0, 0, tasks_per_worker=2))
+  assert [w.vectorize_updates for w in batched] == [True] * 3

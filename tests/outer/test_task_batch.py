@@ -4,7 +4,9 @@ For the merged estimator (truncated antithetic pairs) on a batch-normed CNN of t
 family and on quadratics, and for PES on quadratics, over two truncations (the second starting
 from the first's end states): every leaf of g_rp, g_es, L+ and L- of sample b equals the lone
 computation from task b's state with task b's seeds, to float tolerance. So does a batch whose
-CNNs run as one grouped network (`group_models`): batch-normed with merged, plain with PES.
+CNNs run as one grouped network (`group_models`): batch-normed with merged, plain with PES; and
+a batch whose learned updates are one vectorised computation (`vectorize_updates`): grouped
+batch-normed CNNs with merged, quadratics with PES.
 """
 
 import numpy as np
@@ -66,18 +68,18 @@ GROUPED_TOLERANCE = 1e-3
 
 
 @pytest.mark.parametrize(
-  "family_name, estimator_name, group_models",
+  "family_name, estimator_name, group_models, vectorize_updates",
   [
-    ("cnn_batch_norm", "merged", False),
-    ("cnn_batch_norm", "merged", True),
-    ("cnn", "pes_merged", True),
-    ("quadratic", "merged", False),
-    ("quadratic", "pes_merged", False),
-    ("mixture", "merged", False),
+    ("cnn_batch_norm", "merged", False, False),
+    ("cnn_batch_norm", "merged", True, True),
+    ("cnn", "pes_merged", True, False),
+    ("quadratic", "merged", False, False),
+    ("quadratic", "pes_merged", False, True),
+    ("mixture", "merged", False, False),
   ],
 )
 def test_each_sample_of_a_batch_is_its_tasks_sample_alone(
-  estimator_name, family_name, group_models
+  estimator_name, family_name, group_models, vectorize_updates
 ):
   num_tasks, num_steps = 2, 4
   family = FAMILIES[family_name]()
@@ -91,7 +93,7 @@ def test_each_sample_of_a_batch_is_its_tasks_sample_alone(
     estimator.init_state(lopt.opt_fn(theta).init(t.init_params(b)), theta)
     for b, t in enumerate(tasks)
   ]
-  batch_lopt = task_batch.LOptBatch(lopt, num_tasks)
+  batch_lopt = task_batch.LOptBatch(lopt, num_tasks, vectorize_updates)
   batch_theta = task_batch.copies(theta, num_tasks)
   batch_unroll = truncated_unroll.Unroll(
     task_batch.TaskBatch(tasks, group_models),
@@ -154,3 +156,22 @@ def test_grouping_refuses_tasks_whose_networks_differ():
   with pytest.raises(ValueError, match="not an image classifier with a ConvNet"):
     task_batch.TaskBatch(quadratics, group_models=True)
   assert task_batch.TaskBatch(tasks[:1] * 2, group_models=True).trace_key[-1] == "grouped"
+
+
+def test_vectorized_updates_refuse_tasks_of_different_structures():
+  tasks = [_mixture().sample(random_seeds.fold_in([1, 2], b)) for b in range(2)]
+  lopt = task_batch.LOptBatch(mlp_lopt.MLPLOpt(), 2, vectorize_updates=True)
+  theta = lopt.init(0)
+  opt = lopt.opt_fn(theta)
+  state = opt.init(tuple(t.init_params(b) for b, t in enumerate(tasks)))
+  grads = tuple(tf.nest.map_structure(tf.zeros_like, p) for p in state.params)
+  with pytest.raises(ValueError, match="Leave BatchedWorker.vectorize_updates False"):
+    opt.update(state, grads)
+  # Two tasks of one network stack; their vectorised update is each task's own update.
+  same = [_cnn_family().sample(random_seeds.fold_in([1, 2], b)) for b in range(2)]
+  state = opt.init(tuple(t.init_params(b) for b, t in enumerate(same)))
+  grads = tuple(tf.nest.map_structure(lambda p: 0.1 * tf.ones_like(p), p) for p in state.params)
+  new = opt.update(state, grads)
+  alone = task_batch.LOptBatch(mlp_lopt.MLPLOpt(), 2).opt_fn(theta).update(state, grads)
+  for x, y in zip(tf.nest.flatten(new), tf.nest.flatten(alone), strict=True):
+    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7)
