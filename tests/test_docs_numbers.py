@@ -412,6 +412,40 @@ def test_the_task_batch_tables_are_their_benchmarks():
     + ", ".join(f"{m['batched_over_separate_samples_per_second']:.2f}" for m in run1)
     + " for B = 1, 2, 4, 8"
   ) in flat
+  vectorized = _benchmark("batched_worker_vectorized_quickstart.json")
+  forms = ("separate", "batched", "grouped", "vectorized", "grouped_vectorized")
+  assert vectorized["variants"] == list(forms) and vectorized["rounds"] == 5
+  assert vectorized["num_steps"] == 20 and vectorized["gin_file"] == ["gin/quickstart.gin"]
+  for m in vectorized["measurements"]:
+    speeds = " / ".join(f"{m[k]['samples_per_second']:.3f}" for k in forms)
+    ratios = " | ".join(f"{m[f'{k}_over_separate_samples_per_second']:.2f}" for k in forms[1:])
+    assert f"| {m['tasks']} | {speeds} | {ratios} |" in text, m["tasks"]
+  (last,) = [m for m in vectorized["measurements"] if m["tasks"] == 8]
+  small = [m for m in vectorized["measurements"] if m["tasks"] <= 4]
+
+  def span(key):
+    values = [m[f"{key}_over_separate_samples_per_second"] for m in small]
+    assert key == "grouped" or max(values) < 1.06
+    return f"{min(values):.2f}-{max(values):.2f}"
+
+  assert all(m["vectorized_over_separate_samples_per_second"] < 1 for m in small)
+  assert all(
+    m["grouped_vectorized"]["samples_per_second"] < m["grouped"]["samples_per_second"]
+    for m in small
+  )
+  assert (
+    f"for B up to 4 (vectorized {span('vectorized')}), and with the grouped network it gives "
+    f"less than the grouped network alone ({span('grouped_vectorized')} against "
+    f"{span('grouped')})"
+  ) in flat
+  assert (
+    f"(vectorized {last['vectorized_over_separate_samples_per_second']:.2f} against batched "
+    f"{last['batched_over_separate_samples_per_second']:.2f}; grouped and vectorized "
+    f"{last['grouped_vectorized_over_separate_samples_per_second']:.2f} against grouped "
+    f"{last['grouped_over_separate_samples_per_second']:.2f})"
+  ) in flat
+  assert "it is not a gain on this machine" in flat
+  assert "on this CPU it is slower, or level at B = 8" in outer_training
   convolution = _benchmark("batched_convolution_cpu.json")
   assert convolution["onednn"] == "default (on)" and convolution["grouped_filter_gradient"] == "ok"
   assert (
@@ -450,6 +484,15 @@ def test_the_readmes_task_batch_row_is_its_benchmarks(table):
     "`BatchedWorker.group_models = True`: "
     + ", ".join(f"{r:.2f}x" for r in grouped)
     + " for B = 1, 2, 4, 8"
+  ) in row
+  both = [
+    m["grouped_vectorized_over_separate_samples_per_second"]
+    for m in _benchmark("batched_worker_vectorized_quickstart.json")["measurements"]
+  ]
+  assert (
+    "the learned updates vectorised across tasks are slower here (grouped and vectorised: "
+    + ", ".join(f"{r:.2f}" for r in both)
+    + " for B = 1, 2, 4, 8)"
   ) in row
 
 

@@ -1043,6 +1043,15 @@ def test_the_benchmark_readmes_result_cells_are_their_files():
     f"workers, {paper['grouped']['samples_per_second']:.3f} grouped "
     f"({paper['grouped_over_separate_samples_per_second']:.2f}x) |"
   ) in text
+  for key, label in (
+    ("vectorized", "vectorized / plain"),
+    ("grouped_vectorized", "grouped and vectorized / plain"),
+    ("grouped", "grouped / plain"),
+  ):
+    cells = ratios(
+      "batched_worker_vectorized_quickstart.json", f"{key}_over_separate_samples_per_second"
+    )
+    assert f"{label} {cells}" in text, key
   batched = ratios("batched_worker_quickstart.json", "batched_over_separate_samples_per_second")
   assert f"| batched / plain {batched} |" in text
   convolution, eigen = (_result(f"batched_convolution_cpu{s}.json") for s in ("", "_eigen"))
