@@ -3,14 +3,18 @@
 On the experiment's family and learned optimizer (the quickstart by default), with every
 truncation K steps long (LinearCurriculum replaced by FixedLength(K), a horizon no measurement
 reaches): for each B, after one untimed call of each (tracing), interleaved rounds of
-  - `separate`: B plain workers (worker_step.Worker, ids 0 ... B - 1), one sample each, in turn;
+  - `separate`: B plain workers (worker_step.Worker, ids 0 ... B - 1), one sample each, in turn
+    (with --max_separate_tasks M < B, the first M of them: plain workers compute one sample
+    after the other, so their samples per second do not depend on how many there are, and a
+    large B on a GPU need not wait for B lone samples);
   - `batched`: one call of a BatchedWorker of the same B workers (distributed/batched_worker.py),
   - `grouped`: the same with group_models, the B tasks' CNNs one grouped network,
   - `vectorized`, `grouped_vectorized`: `batched` and `grouped` with vectorize_updates, the B
     tasks' learned updates one vectorised computation
     (--variants chooses which run),
 and the median seconds of each over the rounds, samples per second and their ratio to
-`separate`.
+`separate`. --device places it (cpu, gpu or auto, as bin/train_local's); the result lists the
+devices TensorFlow used.
 
   python benchmarks/batched_worker.py --gin_file gin/quickstart.gin --num_steps 20 \
     --tasks 1,2,4,8 --output benchmarks/results/batched_worker_quickstart.json
@@ -22,10 +26,11 @@ import time
 
 import gin
 import numpy as np
+import tensorflow as tf
 from absl import app, flags
 
 from task_specific_learned_opt import files, gin_config
-from task_specific_learned_opt.cli import configurables  # noqa: F401
+from task_specific_learned_opt.cli import common, configurables  # noqa: F401
 from task_specific_learned_opt.distributed import batched_worker, outer_training, worker_step
 from task_specific_learned_opt.outer import schedules
 
@@ -40,7 +45,11 @@ flags.DEFINE_list(
   ["separate", "batched"],
   "Of separate, batched, grouped, vectorized, grouped_vectorized.",
 )
+flags.DEFINE_integer(
+  "max_separate_tasks", None, "Plain workers timed for `separate` at most (default: B)."
+)
 flags.DEFINE_string("output", None, "Optional JSON file for the results.")
+common.define_device_flag()
 
 
 def measure(setup: outer_training.OuterTraining, num_tasks: int) -> dict:
@@ -62,7 +71,7 @@ def measure(setup: outer_training.OuterTraining, num_tasks: int) -> dict:
     ]
 
   theta = setup.lopt.init(setup.seed)
-  separate = workers()
+  separate = workers()[: FLAGS.max_separate_tasks or num_tasks]
   separate_states = [w.initial_state() for w in separate]
   options = {
     "batched": {},
@@ -101,11 +110,13 @@ def measure(setup: outer_training.OuterTraining, num_tasks: int) -> dict:
   result = {"tasks": num_tasks}
   for name in calls:
     seconds = float(np.median(times[name]))
+    samples = len(separate) if name == "separate" else num_tasks
     result[name] = {
       "first_call_seconds": times[f"{name}_first_call_seconds"],
       "seconds": seconds,
       "all_seconds": times[name],
-      "samples_per_second": num_tasks / seconds,
+      "samples": samples,
+      "samples_per_second": samples / seconds,
     }
   for name in set(calls) - {"separate"}:
     result[f"{name}_over_separate_samples_per_second"] = (
@@ -117,6 +128,7 @@ def measure(setup: outer_training.OuterTraining, num_tasks: int) -> dict:
 
 def main(argv):
   del argv
+  common.use_device(FLAGS.device)
   gin_config.parse(FLAGS.gin_file, FLAGS.gin_bindings)
   gin_config.configure_threads()
   setup = outer_training.outer_training()
@@ -128,8 +140,10 @@ def main(argv):
     "variants": FLAGS.variants,
     "estimator": setup.estimator,
     "threads": gin.query_parameter("configure_threads.intra_op_threads"),
+    "device": FLAGS.device,
     "measurements": [measure(setup, int(b)) for b in FLAGS.tasks],
   }
+  results["visible_devices"] = [d.name for d in tf.config.get_visible_devices()]
   results["threads"] = {
     "inter_op": gin.query_parameter("configure_threads.inter_op_threads"),
     "intra_op": results["threads"],
