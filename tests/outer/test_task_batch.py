@@ -106,9 +106,12 @@ def test_each_sample_of_a_batch_is_its_tasks_sample_alone(
   batch_state = estimator.init_state(
     batch_lopt.opt_fn(batch_theta).init(tuple(i.params for i in inner)), batch_theta
   )
+  # A vectorised update traces a pfor per call: eagerly that is once per inner step, compiled
+  # (as workers run it) once.
+  sample = tf.function(estimator.sample, autograph=False) if vectorize_updates else estimator.sample
   for truncation in range(2):
     seeds = [_seeds(b, truncation) for b in range(num_tasks)]
-    together, batch_state = estimator.sample(
+    together, batch_state = sample(
       batch_unroll,
       batch_theta,
       batch_state,
