@@ -1186,6 +1186,17 @@ def test_the_readmes_speed_rows_are_their_benchmarks(table):
   row = table["beyond: outer-training speed"]
   assert f"in local mode {first['median_of_rounds']:.2f}x faster (median of 3" in row
   assert f"written out: {np.median(per_round):.2f}x more (3 rounds" in row
+  idle = _benchmark_json("outer_step_ab_vs_1d5a8f1_run2.json")["ratio_to_c1d5a8f1"]["now"]
+  assert (
+    f"against 1d5a8f1 on an idle machine {np.median(idle['per_round']):.2f}x (median of 5" in row
+  )
+  layers = _benchmark_json("convolution_rate_quickstart.json")["layers"][1:]
+  rates = [
+    layer["fraction_of_gemm"][kernel]
+    for layer in layers
+    for kernel in ("forward", "input_gradient", "filter_gradient")
+  ]
+  assert f"matrix products of their shape ({min(rates):.2f}-{max(rates):.2f})" in row
 
 
 def _independent_batches_run(workers):
