@@ -1189,3 +1189,28 @@ def test_the_benchmark_readmes_convolution_rate_rows_are_their_files():
     ), name
     assert f"({result['square_gflops_per_second']:.0f} GFLOP/s" in row, name
     assert label is None or label in row
+
+
+def test_the_batchs_trace_time_is_its_run():
+  text = _flat(_doc("docs", "performance.md"))
+  result = _result("batched_worker_trace_small.json")
+  assert result["device"] == "cpu" and "paper_cnn.channels = 4" in result["gin_bindings"]
+  first = {
+    m["tasks"]: {k: m[k]["first_call_seconds"] for k in ("grouped", "grouped_vectorized")}
+    for m in result["measurements"]
+  }
+  slope = (first[32]["grouped_vectorized"] - first[8]["grouped_vectorized"]) / 24
+  at_128 = first[8]["grouped_vectorized"] + 120 * slope
+  assert (
+    f"the first call took {first[8]['grouped']:.0f} s grouped and "
+    f"{first[8]['grouped_vectorized']:.0f} s grouped and vectorised at B = 8, "
+    f"{first[32]['grouped']:.0f} s and {first[32]['grouped_vectorized']:.0f} s at B = 32: about "
+    f"{slope:.1f} s more per task for the vectorised form, so about {at_128 / 60:.1f} minutes at "
+    "B = 128 if it stays linear (not measured)."
+  ) in text
+  row = [r for r in _doc("benchmarks", "README.md").splitlines() if "trace_small" in r][0]
+  assert (
+    f"{first[8]['grouped']:.0f} s and {first[32]['grouped']:.0f} s grouped, "
+    f"{first[8]['grouped_vectorized']:.0f} s and {first[32]['grouped_vectorized']:.0f} s grouped "
+    "and vectorised |"
+  ) in row
