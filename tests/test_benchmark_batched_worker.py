@@ -9,13 +9,6 @@ import sys
 from . import testing_utils
 
 SCRIPT = os.path.join(testing_utils.REPO, "benchmarks", "batched_worker.py")
-# The quickstart shrunk: a 4-channel CNN on batches of 4, small classes.
-SMALL = [
-  "paper_cnn.channels = 4",
-  "ClassSubsetFamily.batch_size = 4",
-  "GeneratedClassSource.train_images_per_class = 20",
-  "GeneratedClassSource.test_images_per_class = 5",
-]
 
 
 def test_a_grouped_vectorized_batch_against_one_plain_worker_on_the_cpu(tmp_path):
@@ -23,7 +16,7 @@ def test_a_grouped_vectorized_batch_against_one_plain_worker_on_the_cpu(tmp_path
   command = [sys.executable, SCRIPT, f"--output={output}", "--device=cpu", "--tasks=2"]
   command += ["--num_steps=2", "--rounds=1", "--max_separate_tasks=1"]
   command += ["--variants=separate,grouped_vectorized"]
-  command += [f"--gin_bindings={b}" for b in SMALL]
+  command += [f"--gin_bindings={b}" for b in testing_utils.SMALL_QUICKSTART]
   environment = dict(os.environ, PYTHONPATH=testing_utils.REPO)
   subprocess.run(command, check=True, cwd=testing_utils.REPO, env=environment, timeout=600)
   with open(output) as f:

@@ -10,12 +10,8 @@ import sys
 from . import testing_utils
 
 SCRIPT = os.path.join(testing_utils.REPO, "benchmarks", "outer_step.py")
-# The quickstart shrunk: a 4-channel CNN on batches of 4, small classes.
 SMALL = [
-  "paper_cnn.channels = 4",
-  "ClassSubsetFamily.batch_size = 4",
-  "GeneratedClassSource.train_images_per_class = 20",
-  "GeneratedClassSource.test_images_per_class = 5",
+  *testing_utils.SMALL_QUICKSTART,
   "train_local.num_workers = 2",
   "outer_training.batch_size = 2",
 ]

@@ -476,23 +476,17 @@ def test_the_readmes_task_batch_row_is_its_benchmarks(table):
     f"{paper['grouped_over_separate_samples_per_second']:.2f}x for B = 8, since grouped "
     "convolutions are slower on CPU than the tasks' own (1.25x at 16 channels"
   ) in row
-  grouped = [
-    m["grouped_over_separate_samples_per_second"]
-    for m in _benchmark("batched_worker_grouped_quickstart.json")["measurements"]
-  ]
+
+  def ratios(name, form, unit):
+    measurements = _benchmark(name)["measurements"]
+    values = [m[f"{form}_over_separate_samples_per_second"] for m in measurements]
+    return ", ".join(f"{r:.2f}{unit}" for r in values) + " for B = 1, 2, 4, 8"
+
+  grouped = ratios("batched_worker_grouped_quickstart.json", "grouped", "x")
+  assert f"`BatchedWorker.group_models = True`: {grouped}" in row
+  both = ratios("batched_worker_vectorized_quickstart.json", "grouped_vectorized", "")
   assert (
-    "`BatchedWorker.group_models = True`: "
-    + ", ".join(f"{r:.2f}x" for r in grouped)
-    + " for B = 1, 2, 4, 8"
-  ) in row
-  both = [
-    m["grouped_vectorized_over_separate_samples_per_second"]
-    for m in _benchmark("batched_worker_vectorized_quickstart.json")["measurements"]
-  ]
-  assert (
-    "the learned updates vectorised across tasks are slower here (grouped and vectorised: "
-    + ", ".join(f"{r:.2f}" for r in both)
-    + " for B = 1, 2, 4, 8)"
+    f"the learned updates vectorised across tasks are slower here (grouped and vectorised: {both})"
   ) in row
 
 

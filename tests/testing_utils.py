@@ -81,6 +81,14 @@ def small_generated_family(**kwargs) -> families.ClassSubsetFamily:
 
 # bin/eval --num_tasks 1 --num_inits 1 --num_steps 10, and the rest of the run and data shrunk:
 # gin bindings for any gin/eval/ experiment at a tiny size.
+# The quickstart shrunk for benchmark smoke tests: a 4-channel CNN on batches of 4, small classes.
+SMALL_QUICKSTART = [
+  "paper_cnn.channels = 4",
+  "ClassSubsetFamily.batch_size = 4",
+  "GeneratedClassSource.train_images_per_class = 20",
+  "GeneratedClassSource.test_images_per_class = 5",
+]
+
 TINY_EVAL = [
   "evaluate.num_tasks = 1",
   "evaluate.num_inits = 1",

@@ -577,14 +577,19 @@ def test_a_checkpoint_without_worker_states_resumes_with_new_workers(tmp_path):
   assert any(not np.array_equal(a, b) for a, b in zip(theta, resumed, strict=True))
 
 
-def test_group_models_reaches_every_batched_worker_and_a_family_it_cannot_group_is_refused():
-  # The binding reaches local mode's batched workers and bin/worker's (cluster.make_worker).
-  gin.bind_parameter("BatchedWorker.group_models", True)
+def _batched_workers_bound(option):
+  """Local mode's two batched workers and bin/worker's (cluster.make_worker), with the
+  BatchedWorker `option` bound True."""
+  gin.bind_parameter(f"BatchedWorker.{option}", True)
   _bind_small()
   setup = outer_training.outer_training(family=FAMILY, lopt=LOPT, num_outer_steps=1)
   transport = in_process.InProcessTransport()
   batched = [loop.worker for loop in local._worker_loops(setup, 2, transport, 2)]
-  batched.append(cluster.make_worker(setup, 0, 0, tasks_per_worker=2))
+  return [*batched, cluster.make_worker(setup, 0, 0, tasks_per_worker=2)]
+
+
+def test_group_models_reaches_every_batched_worker_and_a_family_it_cannot_group_is_refused():
+  batched = _batched_workers_bound("group_models")
   assert [w.group_models for w in batched] == [True] * 3
   # Quadratics have no networks to group: the first step says so and names the binding.
   worker = batched[0]
@@ -593,10 +598,6 @@ def test_group_models_reaches_every_batched_worker_and_a_family_it_cannot_group_
 
 
 def test_vectorize_updates_reaches_every_batched_worker():
-  gin.bind_parameter("BatchedWorker.vectorize_updates", True)
-  _bind_small()
-  setup = outer_training.outer_training(family=FAMILY, lopt=LOPT, num_outer_steps=1)
-  transport = in_process.InProcessTransport()
-  batched = [loop.worker for loop in local._worker_loops(setup, 2, transport, 2)]
-  batched.append(cluster.make_worker(setup, 0, 0, tasks_per_worker=2))
+  batched = _batched_workers_bound("vectorize_updates")
   assert [w.vectorize_updates for w in batched] == [True] * 3
+  assert not any(w.group_models for w in batched)
