@@ -444,7 +444,7 @@ def test_the_task_batch_tables_are_their_benchmarks():
     f"{last['grouped_vectorized_over_separate_samples_per_second']:.2f} against grouped "
     f"{last['grouped_over_separate_samples_per_second']:.2f})"
   ) in flat
-  assert "it is not a gain on this machine" in flat
+  assert "It is not a gain on this machine." in flat
   assert "on this CPU it is slower, or level at B = 8" in outer_training
   convolution = _benchmark("batched_convolution_cpu.json")
   assert convolution["onednn"] == "default (on)" and convolution["grouped_filter_gradient"] == "ok"
