@@ -1160,6 +1160,15 @@ def test_how_fast_the_convolutions_run_is_its_two_runs_and_the_op_profile():
   )
   assert f"needs a sample {3 / run2:.2f}x faster (3 / {run2:.2f})" in flat
   assert total / (total - sample + ideal) < 3 / run2
+  slow = layers[1]["fraction_of_gemm"]["input_gradient"]
+  assert f"(all but layer 2's stride-2 input gradient, at {slow:.2f})" in flat
+  run_in_a_sample = [
+    layers[i]["fraction_of_gemm"][kernel]
+    for i in range(3)
+    for kernel in ("forward", "input_gradient", "filter_gradient")
+    if (i, kernel) not in ((0, "input_gradient"), (1, "input_gradient"))
+  ]
+  assert min(run_in_a_sample) > 0.7 and slow < 0.7
   fractions = [
     paper["layers"][i]["fraction_of_square"][kernel]
     for i in (1, 2)
