@@ -114,18 +114,20 @@ def main(argv: list[str]) -> None:
       start = time.perf_counter()
       fn().numpy()
       seconds[name].append((time.perf_counter() - start) / FLAGS.iterations)
-  square_rate = 2 * SQUARE**3 / np.median(seconds["square"]) / 1e9
+  median = {name: float(np.median(s)) for name, s in seconds.items()}
+  square_rate = 2 * SQUARE**3 / median["square"] / 1e9
   layers = []
   for i, shape in enumerate(shapes):
     flops = (
       2 * FLAGS.batch_size * shape["out_size"] ** 2 * 9 * shape["in_channels"] * FLAGS.channels
     )
-    rates = {k: flops / np.median(seconds[f"layer{i + 1}/{k}"]) / 1e9 for k in KERNELS}
+    per_call = {k: median[f"layer{i + 1}/{k}"] for k in KERNELS}
+    rates = {k: flops / per_call[k] / 1e9 for k in KERNELS}
     layers.append(
       {
         **shape,
         "flops_per_call": flops,
-        "microseconds": {k: 1e6 * float(np.median(seconds[f"layer{i + 1}/{k}"])) for k in KERNELS},
+        "microseconds": {k: 1e6 * per_call[k] for k in KERNELS},
         "gflops_per_second": {k: float(r) for k, r in rates.items()},
         "fraction_of_gemm": {k: float(rates[k] / rates["gemm"]) for k in KERNELS},
         "fraction_of_square": {k: float(rates[k] / square_rate) for k in KERNELS},
